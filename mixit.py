@@ -1,0 +1,402 @@
+"""
+MixiT and its baselines in one file: which trainable parts of a transformer matter?
+Dong, Noci, Khodak, Li, "Attention Retrieves, MLP Memorizes" / "Is Random Attention
+Sufficient for Sequence Modeling?" (arXiv 2506.01115).
+
+attn="softmax"   the paper's Llama-style transformer: pre-RMSNorm, RoPE, SwiGLU, biases, untied head
+attn="frozen_qk" the same forward; W_Q, W_K and their biases stay at their random init
+attn="mixing"    MixiT: every attention matrix is a fixed random (H, T, T) buffer; no W_Q, W_K, RoPE
+freeze="mlp"     every MLP stays at init;  freeze="blocks": only embeddings, final norm and head train
+"""
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+ATTNS = ("softmax", "frozen_qk", "mixing")
+FREEZES = ("", "mlp", "blocks")
+COLORS = {"softmax": "tab:blue", "frozen_qk": "tab:orange", "mixing": "tab:green"}  # every plot
+
+
+@dataclass
+class MixiTConfig:
+    vocab_size: int = 64
+    block_size: int = 32
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 128
+    attn: str = "softmax"  # softmax | frozen_qk | mixing
+    freeze: str = ""  # "" | mlp | blocks
+    causal: bool = True
+    n_classes: int = 0  # 0: language-model head over the vocabulary; > 0: sequence classifier
+    pad_id: int = -1  # classifier: padding token, left out of attention and pooling
+    seed: int = 0  # seeds every random init: weights, frozen weights, mixing matrices
+    bias: bool = True  # the reference trainers force attention_bias = mlp_bias = True
+    rope_theta: float = 10000.0
+    # Reference quirks (MODEL.md A.0.1-A.0.3). Defaults reproduce the reference's effective behaviour,
+    # which produced the paper's numbers; the comment names the intended value.
+    init_std: float = 0.02  # every linear is N(0, init_std^2); the comments intend 1.0 under mixing's multipliers
+    base_width: float = 512.0  # mixing: linears with fan_in d are multiplied by sqrt(base_width / d)
+    base_ffn: float = 1.0  # mixing: down-proj multiplier sqrt(base_ffn / 4d); never passed (1.0), intended 4*base_width
+    skip: float = math.sqrt(0.5)  # mixing: h = s*h + sqrt(1-s^2)*f(h); sqrt(.5) algorithmic/classifier, 0.5 LM trainer
+    cminus: float = -1.0  # mixing: shaped LeakyReLU slope 1 + cminus/sqrt(d) (utils.py -1, shell wrappers +1)
+    mix_beta: float = 1.0  # mixing: scale of the centered noise around the identity
+
+    def validate(self):
+        """Raise ValueError naming what is valid; the training script turns it into one line."""
+        if self.attn not in ATTNS:
+            raise ValueError(f"unknown attn {self.attn!r}; valid: {', '.join(ATTNS)}")
+        if self.freeze not in FREEZES:
+            raise ValueError(f"unknown freeze {self.freeze!r}; valid: '', mlp, blocks")
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        if self.attn != "mixing" and (self.n_embd // self.n_head) % 2:
+            raise ValueError(f"rotary embeddings need an even head size, got n_embd/n_head={self.n_embd // self.n_head}")
+        if not 0.0 <= self.skip <= 1.0:
+            raise ValueError(f"skip must lie in [0, 1], got {self.skip}")
+
+
+def _generator(*key):
+    """A torch.Generator seeded from integers, independent of the global RNG and of the other keys."""
+    return torch.Generator().manual_seed(int(np.random.SeedSequence(list(key)).generate_state(1, np.uint64)[0]))
+
+
+def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=0):
+    """MixiT's fixed attention, (n_head, T, T) float32 (MODEL.md A.4): A_h = I + beta*(N_h - rowmean(N_h))."""
+    T, g = block_size, _generator(seed)
+    lo, hi = 1 / math.sqrt(T * head_dim), 1 / math.sqrt(T)
+    sigma = lo + torch.rand(n_head, 1, 1, generator=g, dtype=torch.float64) * (hi - lo)  # per-head std in [lo, hi]
+    noise = torch.randn(n_head, T, T, generator=g, dtype=torch.float64) * sigma  # (H, T, T)
+    if causal:
+        noise = noise.tril()
+        support = torch.arange(1, T + 1, dtype=torch.float64).view(T, 1)  # row i mixes positions j <= i
+    else:
+        # non-causal: center over the full row, so rows sum to 1 here too; the reference divides
+        # the full-row sum by i+1 (MODEL.md A.4), which leaves its rows summing to anything
+        support = torch.full((T, 1), float(T), dtype=torch.float64)
+    noise = noise - noise.sum(-1, keepdim=True) / support  # remove the drift: the noise redistributes, rows sum to 1
+    if causal:
+        noise = noise.tril()
+    A = torch.eye(T, dtype=torch.float64) + beta * noise  # identity plus small noise: signal propagates stably in depth
+    A[0] = 0.0  # head 0 is the sink head: every token keeps half of itself and takes half of token 0
+    A[0].diagonal().fill_(0.5)
+    A[0, :, 0] = 0.5
+    return A.float()
+
+
+class Linear(nn.Linear):
+    """nn.Linear whose output, bias included, is multiplied by a fixed width multiplier (the reference's ScaledLinear)."""
+
+    def __init__(self, fan_in, fan_out, bias, mult=1.0):
+        super().__init__(fan_in, fan_out, bias)
+        self.mult = mult
+
+    def forward(self, x):
+        if self.mult == 1.0:
+            return F.linear(x, self.weight, self.bias)
+        bias = None if self.bias is None else self.bias * self.mult
+        return F.linear(x, self.weight * self.mult, bias)  # scale the weight, not the (larger) activation
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a learned gain, computed in float32 (eps 1e-6 as the reference)."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return F.rms_norm(x.float(), (x.size(-1),), self.weight, self.eps).type_as(x)
+
+
+class Rotary(nn.Module):
+    """Llama rotary position embedding (rotate-half convention, theta 1e4) for positions [0, block_size)."""
+
+    def __init__(self, head_dim, block_size, theta):
+        super().__init__()
+        inv_freq = theta ** -(torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (hd/2,)
+        angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq)  # (T, hd/2)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x, pos):  # x (B, H, t, hd) at absolute positions pos .. pos+t-1
+        t = x.size(-2)
+        cos, sin = self.cos[pos:pos + t].to(x.dtype), self.sin[pos:pos + t].to(x.dtype)  # (t, hd/2)
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class KVCache:
+    """Past keys and values per layer for generation; MixiT needs values only (its weights are fixed)."""
+
+    def __init__(self, n_layer, keys=True):
+        self.k = [None] * n_layer if keys else None
+        self.v = [None] * n_layer
+        self.pos = 0  # number of positions already cached
+
+    def update(self, layer, k, v):  # k, v (B, H, t, hd) at positions pos .. pos+t-1; returns all so far
+        if self.pos == 0:
+            self.v[layer] = v
+            if self.k is not None:
+                self.k[layer] = k
+        else:
+            self.v[layer] = torch.cat((self.v[layer], v), dim=2)
+            if self.k is not None:
+                self.k[layer] = torch.cat((self.k[layer], k), dim=2)
+        return (None if self.k is None else self.k[layer]), self.v[layer]
+
+
+class Attention(nn.Module):
+    def __init__(self, config, layer):
+        super().__init__()
+        C, H = config.n_embd, config.n_head
+        self.n_head, self.head_dim, self.layer = H, C // H, layer
+        self.causal, self.attn = config.causal, config.attn
+        mult = math.sqrt(config.base_width / C) if config.attn == "mixing" else 1.0  # ScaledLinear
+        if config.attn == "mixing":
+            # the fixed matrices: a persistent buffer, so checkpoints carry them and .to(device) moves them
+            A = mixing_matrix(config.block_size, H, self.head_dim, config.causal, config.mix_beta,
+                              seed=(config.seed, 1, layer))
+            self.register_buffer("mixing", A)  # (H, T, T)
+        else:
+            self.qk = Linear(C, 2 * C, config.bias)  # W_Q, W_K fused; frozen at init under frozen_qk
+            self.rotary = Rotary(self.head_dim, config.block_size, config.rope_theta)
+        self.v = Linear(C, C, config.bias, mult)
+        self.o = Linear(C, C, config.bias, mult)
+
+    def forward(self, x, cache=None, pad_mask=None):  # x (B, t, C)
+        B, t, C = x.shape
+        pos = 0 if cache is None else cache.pos
+        split = lambda z: z.view(B, t, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, t, hd)
+        if self.attn == "mixing":
+            v = split(self.v(x))
+            if pad_mask is not None:
+                v = v * pad_mask.view(B, 1, t, 1).to(v.dtype)  # padding carries no value
+            if cache is not None:
+                _, v = cache.update(self.layer, None, v)
+            A = self.mixing[:, pos:pos + t, :pos + t].to(v.dtype)  # causal rows need only their prefix
+            y = A @ v  # (H, t, s) @ (B, H, s, hd) -> (B, H, t, hd): fixed, input-independent mixing
+        else:
+            q, k = map(split, self.qk(x).split(C, dim=2))
+            q, k, v = self.rotary(q, pos), self.rotary(k, pos), split(self.v(x))
+            if cache is not None:
+                k, v = cache.update(self.layer, k, v)
+            mask = None if pad_mask is None else pad_mask.view(B, 1, 1, t)  # keys that are not padding
+            causal = self.causal and t > 1  # a single new query attends to every cached key
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)  # flash on GPU
+        return self.o(y.transpose(1, 2).reshape(B, t, C))
+
+    def weights(self, x):
+        """The attention matrix this layer applies to x (B, t, C), as (B, H, t, t), for analysis."""
+        B, t, C = x.shape
+        if self.attn == "mixing":
+            return self.mixing[:, :t, :t].expand(B, -1, -1, -1)
+        q, k = (z.view(B, t, self.n_head, self.head_dim).transpose(1, 2) for z in self.qk(x).split(C, dim=2))
+        scores = self.rotary(q, 0) @ self.rotary(k, 0).transpose(-1, -2) / math.sqrt(self.head_dim)
+        if self.causal:
+            scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+        return scores.softmax(-1)
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        C = config.n_embd
+        mixing = config.attn == "mixing"
+        self.up = Linear(C, 8 * C, config.bias, math.sqrt(config.base_width / C) if mixing else 1.0)  # gate, up
+        self.down = Linear(4 * C, C, config.bias, math.sqrt(config.base_ffn / (4 * C)) if mixing else 1.0)
+        self.shaped = mixing
+        # shaped activation: LeakyReLU of slope 1 + c/sqrt(d) is near-linear, keeping the covariance stable in depth
+        self.slope = 1 + config.cminus / math.sqrt(C)
+        self.gain = math.sqrt(2 / (1 + self.slope ** 2))  # torch.nn.init.calculate_gain('leaky_relu', slope)
+
+    def forward(self, x):  # x (B, t, C)
+        gate, up = self.up(x).chunk(2, dim=-1)  # (B, t, 4C) each
+        act = self.gain * F.leaky_relu(gate, self.slope) if self.shaped else F.silu(gate)
+        return self.down(act * up)
+
+
+class Block(nn.Module):
+    def __init__(self, config, layer):
+        super().__init__()
+        self.norm1 = RMSNorm(config.n_embd)
+        self.attn = Attention(config, layer)
+        self.norm2 = RMSNorm(config.n_embd)
+        self.mlp = MLP(config)
+        # residual scaling: s^2 + r^2 = 1 keeps the hidden norm constant with depth (MixiT); plain sum otherwise
+        self.s = config.skip if config.attn == "mixing" else 1.0
+        self.r = math.sqrt(1 - self.s ** 2) if config.attn == "mixing" else 1.0
+
+    def forward(self, x, cache=None, pad_mask=None):
+        x = self.s * x + self.r * self.attn(self.norm1(x), cache, pad_mask)
+        return self.s * x + self.r * self.mlp(self.norm2(x))
+
+
+class MixiT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        config.validate()
+        self.config = config
+        C, mixing = config.n_embd, config.attn == "mixing"
+        self.wte = nn.Embedding(config.vocab_size, C)
+        self.wpe = nn.Embedding(config.block_size, C) if mixing else None  # MixiT has no RoPE
+        self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
+        self.norm = RMSNorm(C)
+        out = config.n_classes or config.vocab_size
+        self.head = Linear(C, out, False, math.sqrt(config.base_width / C) if mixing else 1.0)  # untied
+        self._init_weights()
+        for module in self.frozen_modules():
+            module.requires_grad_(False)
+
+    def _init_weights(self):
+        """Every weight N(0, std^2), biases 0, norms 1, drawn from config.seed in a fixed order."""
+        g = _generator(self.config.seed, 0)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, 0.0, self.config.init_std, generator=g)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, 0.0, 0.02, generator=g)
+
+    def frozen_modules(self):
+        """The modules that keep their random init: W_Q and W_K, the MLPs, or whole blocks."""
+        frozen = []
+        for block in self.blocks:
+            if self.config.attn == "frozen_qk":
+                frozen.append(block.attn.qk)
+            if self.config.freeze == "mlp":
+                frozen.append(block.mlp)
+            if self.config.freeze == "blocks":
+                frozen.append(block)  # the reference also freezes the final norm (MODEL.md A.7); ours trains
+        return frozen
+
+    def forward(self, idx, targets=None, cache=None):
+        """idx (B, t) -> logits (B, t, V), or (B, n_classes) for a classifier; targets == -1 are ignored."""
+        B, t = idx.shape
+        pos = 0 if cache is None else cache.pos
+        if pos + t > self.config.block_size:
+            raise ValueError(f"sequence of {pos + t} tokens is longer than block_size={self.config.block_size}")
+        x = self.wte(idx)  # (B, t, C)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(pos, pos + t, device=idx.device))  # learned absolute positions
+        pad_mask = (idx != self.config.pad_id) if self.config.n_classes else None  # (B, t)
+        for block in self.blocks:
+            x = block(x, cache, pad_mask)
+        x = self.norm(x)
+        if cache is not None:
+            cache.pos += t
+        if self.config.n_classes:
+            keep = pad_mask.unsqueeze(-1).to(x.dtype)  # (B, t, 1)
+            x = (x * keep).sum(1) / keep.sum(1).clamp(min=1)  # mean over the real tokens, (B, C)
+        logits = self.head(x)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=-1)
+        return logits, loss
+
+    def get_num_params(self, non_embedding=True, trainable=False):
+        """Parameters (the mixing buffers are not parameters); non_embedding leaves out wte and wpe."""
+        skip = {id(e.weight) for e in (self.wte, self.wpe) if e is not None} if non_embedding else set()
+        return sum(p.numel() for p in self.parameters() if id(p) not in skip and (p.requires_grad or not trainable))
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW over the trainable parameters only: frozen weights get no state and are never touched."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},  # matrices
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]  # biases, norms
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
+
+    def flops_per_token(self, seq_len=None, training=True):
+        """Matmul FLOPs per token of a seq_len sequence, counting what this variant really computes:
+        MixiT has no W_Q/W_K and no QK^T, and needs no gradient of its fixed matrices; frozen weights
+        need no weight gradient. Causal attention counts the (T+1)/2 positions a query really sees."""
+        cfg = self.config
+        T = seq_len or cfg.block_size
+        seen = (T + 1) / 2 if cfg.causal else T  # mean number of positions each query mixes
+        fwd = bwd = 0.0
+        for module in self.modules():
+            if isinstance(module, nn.Linear) and not (module is self.head and cfg.n_classes):
+                w = module.weight.numel()
+                fwd += 2 * w
+                bwd += 2 * w + (2 * w if module.weight.requires_grad else 0)  # input grad (+ weight grad)
+        if cfg.attn == "mixing":  # A @ V forward; backward only A^T @ dY
+            fwd += cfg.n_layer * 2 * cfg.n_embd * seen
+            bwd += cfg.n_layer * 2 * cfg.n_embd * seen
+        else:  # QK^T and PV forward; backward twice that
+            fwd += cfg.n_layer * 4 * cfg.n_embd * seen
+            bwd += cfg.n_layer * 8 * cfg.n_embd * seen
+        return fwd + bwd if training else fwd
+
+    def estimate_mfu(self, tokens_per_iter, dt, peak):
+        """Model FLOPs utilization of a training iteration of tokens_per_iter tokens taking dt seconds."""
+        if not peak:
+            return None
+        return self.flops_per_token() * tokens_per_iter / dt / peak
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+        """Continue idx (B, t) by max_new_tokens sampled tokens; top_k=1 is greedy. With use_cache each new
+        token costs one position (keys and values cached; values only for MixiT) and gives the same tokens."""
+        if self.config.n_classes or not self.config.causal:
+            raise ValueError("generate needs a causal language model (n_classes=0, causal=True)")
+        T, cache = self.config.block_size, None
+        for _ in range(max_new_tokens):
+            if cache is not None and cache.pos < T:
+                logits, _ = self(idx[:, -1:], cache=cache)  # the newest token at position cache.pos
+            else:  # first step, or the window is full: crop to block_size and rebuild as nanoGPT does
+                if use_cache:
+                    cache = KVCache(self.config.n_layer, keys=self.config.attn != "mixing")
+                logits, _ = self(idx[:, -T:], cache=cache)
+            logits = logits[:, -1, :].float() / temperature
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
+
+
+# ---------------------------------------------------------------------------- hardware peak
+
+# dense tensor-core peak TFLOP/s (bf16/fp16, tf32) by device name; the first substring that matches wins
+GPU_PEAK_TFLOPS = [
+    ("H100 PCIe", 756, 378), ("H100 NVL", 835, 418), ("H100", 989, 494), ("H200", 989, 494), ("H800", 989, 494),
+    ("GH200", 989, 494), ("B200", 2250, 1100), ("A100", 312, 156), ("A800", 312, 156), ("L40S", 362, 183),
+    ("L40", 181, 90.5), ("L4", 121, 60), ("A10", 125, 62.5), ("RTX 4090", 165, 82.6), ("RTX 3090", 71, 35.6),
+    ("V100", 125, 15.7), ("T4", 65, 8.1),
+]
+_measured_peak = {}
+
+
+def peak_flops(device, dtype=torch.float32):
+    """Peak FLOP/s of a device for matmuls in dtype: a datasheet table for GPUs, measured on the spot for
+    CPUs (a large matmul, best of several), None when unknown."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, low, tf32 in GPU_PEAK_TFLOPS:
+            if key in name:
+                return 1e12 * (tf32 if dtype == torch.float32 else low)
+        return None
+    if device.type != "cpu":
+        return None
+    key = (torch.get_num_threads(), dtype)
+    if key not in _measured_peak:
+        n = 1024
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        best = float("inf")
+        for i in range(25):  # the first few warm up the threads and caches
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0) if i >= 5 else best
+        _measured_peak[key] = 2 * n ** 3 / best
+    return _measured_peak[key]

@@ -1,0 +1,400 @@
+"""Tests for mixit: python -m pytest -q test_mixit.py (CPU only, no network)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import data
+import train
+from mixit import ATTNS, MixiT, MixiTConfig, mixing_matrix
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TINY = dict(vocab_size=32, block_size=12, n_layer=2, n_head=4, n_embd=32)
+
+
+def tiny_model(**kw):
+    return MixiT(MixiTConfig(**{**TINY, **kw}))
+
+
+def run_train(out_dir, *args):
+    """train.py in this process; returns its exit status."""
+    return train.cli([f"--out_dir={out_dir}", "--device=cpu", "--log_interval=1000", *args])
+
+
+def read_metrics(path):
+    with open(os.path.join(path, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def load_ckpt(path):
+    return torch.load(os.path.join(path, "ckpt.pt"), weights_only=True)
+
+
+# ----------------------------------------------------------------------------- model
+
+
+@pytest.mark.parametrize("attn", ATTNS)
+def test_shapes_and_initial_loss(attn):
+    model = tiny_model(attn=attn)
+    idx = torch.randint(0, 32, (3, 12))
+    logits, loss = model(idx, idx)
+    assert logits.shape == (3, 12, 32)
+    assert abs(loss.item() - np.log(32)) < 0.5  # near-uniform at init (mixing: width multiplier 4 on the head)
+    targets = idx.clone()
+    targets[:, :6] = -1
+    _, partial = model(idx, targets)
+    expected = torch.nn.functional.cross_entropy(logits[:, 6:].reshape(-1, 32), idx[:, 6:].reshape(-1))
+    assert torch.allclose(partial, expected, atol=1e-6)  # -1 targets are ignored
+
+
+@pytest.mark.parametrize("attn", ATTNS)
+def test_causal_prefix_consistency(attn):
+    """A prefix gives the prefix of the full output: no position sees the future, and MixiT's
+    shorter inputs use the leading block of its matrices."""
+    model = tiny_model(attn=attn)
+    idx = torch.randint(0, 32, (2, 12))
+    full, _ = model(idx)
+    prefix, _ = model(idx[:, :7])
+    assert torch.allclose(full[:, :7], prefix, atol=1e-5)
+
+
+def test_classifier_pools_real_tokens_only():
+    model = tiny_model(n_classes=3, pad_id=0, causal=False)
+    idx = torch.randint(1, 32, (2, 12))
+    padded = idx.clone()
+    padded[:, 8:] = 0
+    logits, loss = model(padded, torch.tensor([0, 2]))
+    assert logits.shape == (2, 3) and loss.item() > 0
+    other_padding = padded.clone()
+    other_padding[:, 8:] = 0
+    for attn in ("softmax", "mixing"):  # padding is invisible to attention and pooling
+        m = tiny_model(n_classes=3, pad_id=0, causal=False, attn=attn)
+        a, _ = m(padded)
+        m.wte.weight.data[0] += 1.0  # change what a padding token looks like
+        b, _ = m(padded)
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+FROZEN_CASES = [("frozen_qk", "", ["attn.qk"]), ("softmax", "mlp", ["mlp."]), ("mixing", "mlp", ["mlp."]),
+                ("softmax", "blocks", ["blocks."]), ("mixing", "blocks", ["blocks."])]
+
+
+@pytest.mark.parametrize("attn,freeze,frozen_names", FROZEN_CASES)
+def test_frozen_weights_stay_bit_identical(attn, freeze, frozen_names):
+    model = tiny_model(attn=attn, freeze=freeze)
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if any(f in n for f in frozen_names)}
+    trained = {n: p.detach().clone() for n, p in model.named_parameters() if n not in frozen}
+    assert frozen and all(not p.requires_grad for n, p in model.named_parameters() if n in frozen)
+    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.99), "cpu")
+    in_optimizer = {id(p) for group in opt.param_groups for p in group["params"]}
+    assert not any(id(p) in in_optimizer for n, p in model.named_parameters() if n in frozen)
+    for _ in range(5):
+        idx = torch.randint(0, 32, (4, 12))
+        _, loss = model(idx, idx)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    params = dict(model.named_parameters())
+    assert all(torch.equal(params[n], p) for n, p in frozen.items())
+    assert all(params[n].grad is None for n in frozen)
+    assert all(not torch.equal(params[n], p) for n, p in trained.items() if "norm" not in n or freeze != "blocks")
+    assert "blocks.0.attn.qk.weight" in params or attn == "mixing"
+
+
+def test_weight_decay_groups():
+    model = tiny_model()
+    groups = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu").param_groups
+    assert all(p.dim() >= 2 for p in groups[0]["params"]) and groups[0]["weight_decay"] == 0.1
+    assert all(p.dim() < 2 for p in groups[1]["params"]) and groups[1]["weight_decay"] == 0.0
+
+
+def test_mixing_has_no_query_key_or_rotary():
+    names = [n for n, _ in tiny_model(attn="mixing").named_parameters()]
+    assert not any(".qk." in n for n in names) and "wpe.weight" in names
+    assert "wpe.weight" not in [n for n, _ in tiny_model().named_parameters()]
+
+
+def test_mixing_matrix_properties():
+    T, H, hd = 16, 4, 8
+    A = mixing_matrix(T, H, hd, causal=True, seed=(3, 1, 0))
+    assert A.shape == (H, T, T) and A.dtype == torch.float32
+    assert torch.equal(A, A.tril())  # causal
+    assert torch.allclose(A[1:].sum(-1), torch.ones(H - 1, T), atol=1e-6)  # rows sum to 1
+    sink = torch.eye(T) * 0.5
+    sink[:, 0] = 0.5
+    assert torch.equal(A[0], sink)  # the sink head; row 0 sums to 0.5, as the reference
+    noise = (A[1:] - torch.eye(T)).tril(-1)
+    for h in range(H - 1):  # per-head std between 1/sqrt(T d_h) and 1/sqrt(T) (loosely: finite sample)
+        std = noise[h][torch.ones(T, T).tril(-1).bool()].std().item()
+        assert 0.5 / np.sqrt(T * hd) < std < 1.5 / np.sqrt(T)
+    assert torch.equal(A, mixing_matrix(T, H, hd, causal=True, seed=(3, 1, 0)))  # deterministic
+    assert not torch.equal(A, mixing_matrix(T, H, hd, causal=True, seed=(4, 1, 0)))
+    full = mixing_matrix(T, H, hd, causal=False, seed=0)
+    assert torch.allclose(full[1:].sum(-1), torch.ones(H - 1, T), atol=1e-6)  # our non-causal rows sum to 1 too
+    assert (full[1:].triu(1) != 0).any()
+
+
+def test_mixing_matrix_is_seeded_buffer_in_state_dict():
+    torch.manual_seed(0)
+    a = tiny_model(attn="mixing", seed=7)
+    torch.manual_seed(1)  # the global RNG plays no part
+    b = tiny_model(attn="mixing", seed=7)
+    c = tiny_model(attn="mixing", seed=8)
+    key = "blocks.1.attn.mixing"
+    state = a.state_dict()
+    assert key in state and torch.equal(state[key], b.state_dict()[key])
+    assert not torch.equal(state["blocks.0.attn.mixing"], state[key])  # layers differ
+    assert not torch.equal(state[key], c.state_dict()[key])
+    c.load_state_dict(state)
+    assert torch.equal(c.blocks[1].attn.mixing, state[key])
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))  # all weights from the seed
+
+
+def test_flops_count_what_each_variant_computes():
+    flops = {attn: tiny_model(attn=attn).flops_per_token() for attn in ATTNS}
+    assert flops["mixing"] < flops["frozen_qk"] < flops["softmax"]
+    d, L, V, T = 32, 2, 32, 12
+    seen = (T + 1) / 2
+    matmuls = L * (4 * d * d + 8 * d * d + 4 * d * d) + d * V  # qk, v, o, mlp (up 8d^2, down 4d^2), head
+    assert flops["softmax"] == 6 * matmuls + L * 12 * d * seen
+    assert flops["frozen_qk"] == flops["softmax"] - L * 2 * (2 * d * d)  # no weight gradient for W_Q, W_K
+    mixing_matmuls = matmuls - L * 2 * d * d
+    assert flops["mixing"] == 6 * mixing_matmuls + L * 4 * d * seen
+    assert tiny_model().flops_per_token(training=False) == 2 * matmuls + L * 4 * d * seen
+
+
+@pytest.mark.parametrize("attn", ATTNS)
+def test_cached_generation_matches_uncached(attn):
+    model = tiny_model(attn=attn, block_size=16).eval()
+    prompt = torch.randint(0, 32, (2, 5))
+    for new in (8, 30):  # 30 runs past block_size: the window is cropped and the cache rebuilt
+        torch.manual_seed(0)
+        cached = model.generate(prompt, new, top_k=1, use_cache=True)
+        uncached = model.generate(prompt, new, top_k=1, use_cache=False)
+        assert cached.shape == (2, 5 + new) and torch.equal(cached, uncached)
+    torch.manual_seed(1)
+    a = model.generate(prompt, 10, temperature=0.8, top_k=5)
+    torch.manual_seed(1)
+    b = model.generate(prompt, 10, temperature=0.8, top_k=5, use_cache=False)
+    assert torch.equal(a, b)
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+def decode_number(digits):
+    return int("".join(str(d % 10) for d in reversed(digits)))
+
+
+def brute_addition(task, x, y):
+    N = task.n
+    assert x[N] == task.PLUS and x[2 * N + 1] == task.EQ
+    a, b = decode_number(x[:N]), decode_number(x[N + 1:2 * N + 1])
+    assert 10 ** (N - 1) <= a < 10 ** N and 10 ** (N - 1) <= b < 10 ** N
+    return [task.ANS + int(c) for c in reversed(str(a + b))] + [task.STOP]
+
+
+def brute_dyck(task, x, y):
+    q = list(x).index(task.QUERY)
+    depth, ok = 0, True
+    for t in x[:q]:
+        depth += 1 if t == task.OPEN else -1
+        ok &= depth >= 0
+    return [task.CLOSE if ok and depth == 0 else task.OPEN]
+
+
+def brute_retrieval(task, x, y):
+    H, N = task.half, task.n
+    pairs, i = {}, 0
+    while x[i] < H + N:
+        pairs[x[i] - H] = x[i + 1]
+        i += 2
+    assert len(pairs) == i // 2  # distinct keys
+    return [pairs[x[i] - H - N]]
+
+
+def brute_induction(task, x, y):
+    answers = []
+    for p in np.flatnonzero(y >= 0):
+        earlier = [j for j in range(p) if x[j] == x[p]]
+        assert len(earlier) == 1
+        answers.append(x[earlier[0] + 1])
+    n = list(x[1:]).index(x[0]) + 1  # the segment length
+    assert len(answers) == n - 1
+    return answers
+
+
+def brute_modadd(task, x, y):
+    assert y[0] == -1
+    return [(x[0] + x[1]) % task.vocab_size]
+
+
+BRUTE = [("addition_3", brute_addition), ("addition_7", brute_addition), ("dyck_8", brute_dyck),
+         ("dyck_20", brute_dyck), ("retrieval_5", brute_retrieval), ("retrieval_30", brute_retrieval),
+         ("induction_6", brute_induction), ("induction_16", brute_induction), ("modadd_13", brute_modadd)]
+
+
+@pytest.mark.parametrize("name,brute", BRUTE)
+def test_task_labels_by_brute_force(name, brute):
+    task = data.make_task(name)
+    for split in ("train", "test"):
+        x, y = task.get_batch(split, 300, seed=[1, 2, 3])
+        assert x.shape == (300, task.block_size) == y.shape and x.dtype == torch.long
+        assert 0 <= x.min() and x.max() < task.vocab_size
+        for xr, yr in zip(x.numpy(), y.numpy()):
+            assert list(yr[yr >= 0]) == brute(task, xr, yr)
+
+
+def test_dyck_distribution_matches_reference():
+    test = data.make_task("dyck_10").test
+    assert 2150 < len(np.unique(test, axis=0)) < 2400  # the reference's test set has 2262 distinct rows
+    answers = test[np.arange(len(test)), (test == 3).argmax(1) + 1]
+    assert 0.49 < (answers == 2).mean() < 0.56  # P(balanced) ~ 0.52
+
+
+def test_memorize_is_a_fixed_random_table():
+    task = data.make_task("memorize_16")
+    rows = task.split_rows("train")
+    assert len(rows) == 256 and len({(a, b) for a, b, _ in rows}) == 256
+    assert (rows[:, 1] >= 16).all() and rows[:, 2].max() < 16 and task.val_split == "train"
+    x, y = task.get_batch("train", 64, seed=0)
+    label = {(a, b): c for a, b, c in rows}
+    assert all(label[(int(a), int(b))] == int(t) for (a, b), t in zip(x, y[:, 1]))
+
+
+@pytest.mark.parametrize("name", ["addition_2", "dyck_8", "retrieval_2", "induction_4"])
+def test_training_stream_never_repeats_the_test_set(name):
+    task = data.make_task(name)
+    test = {tuple(r) for r in task.test}
+    for step in range(20):
+        x, y = task.get_batch("train", 256, seed=[0, step, 0])
+        seqs = np.concatenate([x.numpy(), np.where(y[:, -1:] >= 0, y[:, -1:], 0)], 1)
+        full = task.train_rows(np.random.default_rng([0, step, 0]), 256)
+        assert np.array_equal(full[:, :-1], x.numpy())  # get_batch is train_rows split into x, y
+        assert not any(tuple(r) in test for r in full)
+
+
+def test_modadd_split_is_a_disjoint_cover():
+    task = data.make_task("modadd_23")
+    train_rows, test_rows = task.split_rows("train"), task.split_rows("test")
+    pairs = [tuple(r[:2]) for r in np.concatenate([train_rows, test_rows])]
+    assert len(set(pairs)) == 23 * 23 and len(test_rows) == 23 * 23 - int(0.95 * 23 * 23)
+
+
+def test_batches_depend_only_on_their_seed():
+    task = data.make_task("addition_5")
+    a, b = task.get_batch("train", 8, seed=[0, 5, 1]), task.get_batch("train", 8, seed=[0, 5, 1])
+    c = task.get_batch("train", 8, seed=[0, 5, 2])
+    assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])
+
+
+# ----------------------------------------------------------------------------- training
+
+FAST = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--batch_size=16", "--warmup_iters=2"]
+
+
+def test_short_run_learns_an_easy_task(tmp_path):
+    assert run_train(tmp_path, "--task=retrieval_2", "--attn=softmax", "--max_iters=200", "--eval_interval=100",
+                     "--n_embd=64", "--batch_size=128", "--learning_rate=1e-2") == 0
+    metrics = read_metrics(tmp_path)
+    assert [m["iter"] for m in metrics] == [100, 200]
+    assert metrics[-1]["val_acc"] > 0.9 and metrics[-1]["val_loss"] < 0.1 * np.log(512)  # from log(V) at init
+    ckpt = load_ckpt(tmp_path)
+    assert ckpt["iter_num"] == 200 and ckpt["config"]["task"] == "retrieval_2"
+
+
+def test_resume_matches_uninterrupted_run(tmp_path):
+    common = ["--task=addition_3", "--attn=mixing", "--eval_interval=4", *FAST]
+    assert run_train(tmp_path / "full", *common, "--max_iters=8") == 0
+    assert run_train(tmp_path / "part", *common, "--max_iters=4", "--lr_decay_iters=8") == 0
+    assert run_train(tmp_path / "part", *common, "--max_iters=8", "--lr_decay_iters=8", "--init_from=resume") == 0
+    full, part = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "part")
+    assert [m["iter"] for m in part] == [4, 8]
+    for key in ("train_loss", "val_loss", "val_acc"):
+        assert full[-1][key] == pytest.approx(part[-1][key], rel=1e-6, abs=1e-7)
+    a, b = load_ckpt(tmp_path / "full")["model"], load_ckpt(tmp_path / "part")["model"]
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_comparison_writes_table_and_plot(tmp_path, capsys):
+    assert run_train(tmp_path, "--task=modadd_7,retrieval_2", "--attn=all", "--max_iters=4", "--eval_interval=2",
+                     "--seeds=2", *FAST) == 0
+    out = capsys.readouterr().out
+    assert "| retrieval_2 | mixing | 2 |" in out and "±" in out
+    assert (tmp_path / "compare.png").stat().st_size > 10_000
+    assert "| modadd_7 | frozen_qk | 2 | 4 |" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "retrieval_2-softmax-s1" / "ckpt.pt").exists()
+
+
+def test_torchrun_two_processes_match_one_with_accumulation(tmp_path):
+    common = ["train.py", "--task=addition_2", "--attn=all", "--max_iters=4", "--eval_interval=2", "--device=cpu",
+              "--gradient_accumulation_steps=2", *FAST]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    subprocess.run(torchrun + common + [f"--out_dir={tmp_path / 'ddp'}"], cwd=HERE, env=env, check=True,
+                   capture_output=True, timeout=240)
+    subprocess.run([sys.executable] + common + [f"--out_dir={tmp_path / 'one'}"], cwd=HERE, env=env, check=True,
+                   capture_output=True, timeout=240)
+    for attn in ATTNS:
+        run = f"addition_2-{attn}"
+        ddp, one = read_metrics(tmp_path / "ddp" / run), read_metrics(tmp_path / "one" / run)
+        for m, n in zip(ddp, one):
+            assert m["train_loss"] == pytest.approx(n["train_loss"], rel=1e-5)
+            assert m["val_loss"] == pytest.approx(n["val_loss"], rel=1e-5)
+        a, b = load_ckpt(tmp_path / "ddp" / run)["model"], load_ckpt(tmp_path / "one" / run)["model"]
+        assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def write_config(tmp_path, text):
+    path = tmp_path / "cfg.py"
+    path.write_text(text)
+    return str(path)
+
+
+BAD_INPUTS = [
+    (["--attn=linear"], "valid: softmax, frozen_qk, mixing, all"),
+    (["--freeze=attn"], "valid: '', mlp, blocks"),
+    (["--task=sorting_5"], "valid: addition_N, dyck_N, retrieval_N, modadd_P, memorize_N, induction_N"),
+    (["--task=addition_x"], "addition_N takes an integer N >= 1"),
+    (["--learning_rte=1e-3"], "unknown option --learning_rte; valid:"),
+    (["--n_layer=two"], "expected a int"),
+    (["--n_layer=2.5"], "expected a int"),
+    (["--compile=maybe"], "valid: auto, True, False"),
+    (["--init_from=resume"], "no checkpoint at"),
+    (["--max_iters"], "needs a value"),
+    (["missing_config.py"], "config file not found"),
+    (["CONFIG:learning_rte = 1e-3"], "unknown option 'learning_rte' in"),
+    (["CONFIG:n_layer = '4'"], "expected a int"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUTS)
+def test_bad_input_is_one_clear_line(tmp_path, capsys, args, message):
+    args = [write_config(tmp_path, a[7:]) if a.startswith("CONFIG:") else a for a in args]
+    out_dir = tmp_path / "out"
+    assert run_train(out_dir, *args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+    assert not out_dir.exists()
+
+
+def test_resume_refuses_another_model(tmp_path, capsys):
+    assert run_train(tmp_path, "--task=addition_2", "--attn=mixing", "--max_iters=2", *FAST) == 0
+    before = (tmp_path / "ckpt.pt").read_bytes()
+    assert run_train(tmp_path, "--task=addition_2", "--attn=softmax", "--max_iters=4", "--init_from=resume", *FAST) == 2
+    assert run_train(tmp_path, "--task=addition_3", "--attn=mixing", "--max_iters=4", "--init_from=resume", *FAST) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert "attn='mixing' (this run: 'softmax')" in err[-2] and "task='addition_2' (this run: 'addition_3')" in err[-1]
+    assert (tmp_path / "ckpt.pt").read_bytes() == before
+
+
+def test_cli_exits_2_without_traceback():
+    proc = subprocess.run([sys.executable, "train.py", "--attn=nope"], cwd=HERE, capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
