@@ -8,9 +8,28 @@ make_task(name) builds a task by its command-line name:
   modadd_P     (a + b) mod P for all P^2 pairs, 95/5 train/test split  (arithmetic, in weights)
   memorize_N   random labels for all N^2 two-token inputs              (memorization; scored on the training set)
   induction_N  a random segment followed by its repeat                 (the classic induction-head task)
-A bare name takes the default N. Every task gives next-token batches (x, y) of LongTensors where
-y = -1 at the positions that are not scored, and a fixed test split that no training batch repeats.
+  wikitext103, wikitext2, tinyshakespeare, text, yelp_polarity, sst2: a corpus prepared in data/<name>
+A bare algorithmic name takes the default N. Every task gives batches (x, y) of LongTensors where
+y = -1 at the positions that are not scored, and a fixed evaluation split that no training batch repeats.
+
+Preparing corpora (GPT-2 BPE through tiktoken, or bytes):
+  python data.py wikitext103 | wikitext2 | tinyshakespeare | yelp_polarity | sst2   # download (checksummed)
+  python data.py wikitext2 --src=../shared/data/wikitext-2                         # offline, from a local copy
+  python data.py text --src=PATH [--name=mytext]                                   # any text file or folder
+  options: --tokenizer=gpt2|bytes  --bpe_dir=DIR (or MIXIT_BPE_DIR)  --out_dir=data  --max_len=256
 """
+import csv
+import glob
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+import tarfile
+import urllib.request
+import zipfile
+
 import numpy as np
 import torch
 
@@ -32,6 +51,7 @@ class Task:
     val_split = "test"  # the split behind val_loss / val_acc
     train_eval = False  # also report accuracy on the training split (train_acc)
     exact_match = False  # also report whole-answer exact match (val_exact)
+    perplexity = False  # also report exp(val_loss) (val_ppl)
 
     def __init__(self, name, vocab_size, seq_len):
         self.name, self.vocab_size, self.block_size = name, vocab_size, seq_len - 1
@@ -354,14 +374,420 @@ TASKS = {  # name -> (class, default N, smallest N)
 TASK_NAMES = ", ".join(f"{name}_{'P' if name == 'modadd' else 'N'}" for name in TASKS)
 
 
-def make_task(name):
-    """A task by its command-line name, e.g. addition_10 or retrieval (default N)."""
+# ============================================================================ corpora: training side
+
+CORPUS_TASKS = ("wikitext103", "wikitext2", "tinyshakespeare", "text", "yelp_polarity", "sst2")
+
+
+def padded_vocab(n):
+    return (n + 63) // 64 * 64  # a multiple of 64: friendlier matmul shapes (50257 -> 50304)
+
+
+class TextTask:
+    """Next-token prediction on windows of block_size tokens of data/<name>/{train,val,test}.bin: uint16
+    streams with an end-of-text token between documents. The reference pads each WikiText line on
+    its own to T tokens instead; packing spends no compute on padding."""
+
+    n_classes, causal, pad_id = 0, True, -1
+    train_eval = exact_match = False
+    perplexity = True
+
+    def __init__(self, name, folder, meta, block_size, eval_iters, eval_split):
+        self.name, self.folder, self.meta = name, folder, meta
+        self.vocab_size, self.block_size = padded_vocab(meta["vocab_size"]), block_size
+        self.eval_iters, self.val_split = eval_iters, eval_split
+        for split in ("train", eval_split):
+            n = meta["tokens"].get(split, 0)
+            if n <= block_size:
+                raise ValueError(f"{folder} has {n} {split} tokens; block_size={block_size} needs more "
+                                 f"(splits: {', '.join(meta['tokens'])})")
+
+    def tokens(self, split):
+        return np.memmap(os.path.join(self.folder, f"{split}.bin"), dtype=np.uint16, mode="r")  # fresh per batch
+
+    def windows(self, data, starts):
+        idx = starts[:, None] + np.arange(self.block_size + 1)  # (B, T+1)
+        inside = idx < len(data)
+        seqs = data[np.minimum(idx, len(data) - 1)].astype(np.int64)
+        y = np.where(inside[:, 1:], seqs[:, 1:], -1)  # a short last window scores only real tokens
+        return torch.from_numpy(seqs[:, :-1]), torch.from_numpy(y)
+
+    def get_batch(self, split, batch_size, seed=0):
+        data = self.tokens(split)
+        return self.windows(data, np.random.default_rng(seed).integers(0, len(data) - self.block_size, batch_size))
+
+    def eval_batches(self, split, batch_size, rank=0, world_size=1):
+        """The test split: the whole stream in consecutive windows. Other splits: the same sample of
+        eval_iters batches at every eval."""
+        data = self.tokens(split)
+        if split == "test":
+            starts = np.arange(0, len(data) - 1, self.block_size)
+        else:
+            starts = np.random.default_rng(TEST_SEED).integers(0, len(data) - self.block_size,
+                                                               self.eval_iters * batch_size)
+        starts = starts[rank::world_size]
+        for i in range(0, len(starts), batch_size):
+            yield self.windows(data, starts[i:i + batch_size])
+
+
+class ClassifyTask:
+    """Sequence classification on data/<name>/{split}_x.npy (token ids, padded with pad_id to max_len)
+    and {split}_y.npy (labels). The model reads the whole text at once (causal=False), as the paper's
+    classifier, and pools its real tokens."""
+
+    causal = False
+    train_eval = exact_match = perplexity = False
+
+    def __init__(self, name, folder, meta, block_size, eval_split):
+        self.name, self.folder, self.meta = name, folder, meta
+        self.vocab_size, self.n_classes, self.pad_id = padded_vocab(meta["vocab_size"]), meta["n_classes"], meta["pad_id"]
+        if block_size > meta["max_len"]:
+            raise ValueError(f"block_size={block_size} is longer than the {meta['max_len']} tokens kept by "
+                             f"`python data.py {name}`; prepare again with --max_len={block_size}")
+        self.block_size, self.val_split = block_size, eval_split
+        for split in ("train", eval_split):
+            if split not in meta["examples"]:
+                raise ValueError(f"{folder} has no {split!r} split; valid: {', '.join(meta['examples'])}")
+
+    def split(self, split):
+        x = np.load(os.path.join(self.folder, f"{split}_x.npy"), mmap_mode="r", allow_pickle=False)
+        y = np.load(os.path.join(self.folder, f"{split}_y.npy"), allow_pickle=False)
+        return x, y
+
+    def rows(self, x, y, rows):
+        return torch.from_numpy(x[rows, :self.block_size].astype(np.int64)), torch.from_numpy(y[rows].astype(np.int64))
+
+    def get_batch(self, split, batch_size, seed=0):
+        x, y = self.split(split)
+        return self.rows(x, y, np.sort(np.random.default_rng(seed).integers(0, len(y), batch_size)))
+
+    def eval_batches(self, split, batch_size, rank=0, world_size=1):
+        x, y = self.split(split)
+        mine = np.arange(len(y))[rank::world_size]
+        for i in range(0, len(mine), batch_size):
+            yield self.rows(x, y, mine[i:i + batch_size])
+
+
+def make_task(name, block_size=0, data_dir="data", eval_iters=20, eval_split="val"):
+    """A task by its command-line name: algorithmic (addition_10, retrieval, ...) or a prepared corpus."""
     base, _, arg = name.partition("_")
+    if name in CORPUS_TASKS:
+        folder = os.path.join(data_dir, name)
+        meta = read_meta(folder, name)
+        if meta["kind"] == "lm":
+            return TextTask(name, folder, meta, block_size or 256, eval_iters, eval_split)
+        return ClassifyTask(name, folder, meta, block_size or meta["max_len"], eval_split)
     if base not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid: {TASK_NAMES}")
+        raise ValueError(f"unknown task {name!r}; valid: {TASK_NAMES}, {', '.join(CORPUS_TASKS)}")
     cls, default, smallest = TASKS[base]
     if not arg:
         return cls(default)
     if not arg.isdigit() or int(arg) < smallest:
         raise ValueError(f"task {name!r}: {base}_N takes an integer N >= {smallest}")
     return cls(int(arg))
+
+
+def read_meta(folder, name):
+    path = os.path.join(folder, "meta.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"{folder} is not prepared: run `python data.py {name}` (offline: add --src=PATH)")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is unreadable ({type(e).__name__}); prepare it again: python data.py {name}")
+
+
+# ============================================================================ corpora: preparation
+
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+
+
+class Tokenizer:
+    """encode / decode with an end-of-text token: GPT-2 BPE (tiktoken) or raw UTF-8 bytes."""
+
+    def __init__(self, name, bpe_dir=None):
+        if name not in ("gpt2", "bytes"):
+            raise ValueError(f"unknown tokenizer {name!r}; valid: gpt2, bytes")
+        self.name = name
+        if name == "bytes":
+            self.n_vocab, self.eot, self.enc = 257, 256, None
+            return
+        self.enc = gpt2_encoding(bpe_dir or os.environ.get("MIXIT_BPE_DIR"))
+        self.n_vocab, self.eot = self.enc.n_vocab, self.enc.eot_token
+
+    def encode_batch(self, texts):
+        if self.enc is None:
+            return [list(t.encode("utf-8")) for t in texts]
+        return self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)  # text, never specials
+
+    def encode(self, text):
+        return self.encode_batch([text])[0]
+
+    def decode(self, ids):
+        ids = [int(i) for i in ids if i != self.eot and i < self.n_vocab]
+        if self.enc is None:
+            return bytes(ids).decode("utf-8", errors="replace")
+        return self.enc.decode(ids)
+
+
+def gpt2_encoding(bpe_dir):
+    """GPT-2 BPE from bpe_dir/gpt2.tiktoken (offline), else tiktoken's own (TIKTOKEN_CACHE_DIR or download)."""
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+    hint = ("offline, pass --bpe_dir=DIR holding gpt2.tiktoken (or set MIXIT_BPE_DIR), or pre-seed "
+            "TIKTOKEN_CACHE_DIR as ../shared/data/README.md shows; a copy is in ../shared/data/gpt2_bpe")
+    if bpe_dir:
+        path = os.path.join(bpe_dir, "gpt2.tiktoken")
+        if not os.path.isfile(path):
+            raise ValueError(f"GPT-2 BPE: no gpt2.tiktoken in {bpe_dir}; {hint}")
+        try:
+            ranks = load_tiktoken_bpe(path, expected_hash=GPT2_TIKTOKEN_SHA256)
+        except ValueError:
+            raise ValueError(f"GPT-2 BPE: {path} fails its sha256 check; {hint}") from None
+        return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                                 special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+    try:
+        return tiktoken.get_encoding("gpt2")
+    except Exception as e:
+        raise ValueError(f"GPT-2 BPE could not be loaded ({type(e).__name__}); {hint}") from None
+
+
+def _wikitext(name, url, md5, ext):
+    names = {s: (f"wiki.{s}.{ext}", f"{s}.txt") for s in ("train", "valid", "test")}
+    return dict(kind="lm", url=url, md5=md5, files=names, splits={"train": "train", "valid": "val", "test": "test"})
+
+
+SOURCES = {  # public sources with their recorded checksums (torchtext's, and the shared data README's)
+    "wikitext103": _wikitext("wikitext103", "https://wikitext.smerity.com/wikitext-103-raw-v1.zip",
+                             "0ca3512bd7a238be4a63ce7b434f8935", "raw"),
+    "wikitext2": _wikitext("wikitext2", "https://wikitext.smerity.com/wikitext-2-v1.zip",
+                           "542ccefacc6c27f945fb54453812b3cd", "tokens"),
+    "tinyshakespeare": dict(kind="lm", files={"input": ("input.txt",)}, splits={"input": "stream"},
+                            url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+                            sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+    "yelp_polarity": dict(kind="classification", files={"train": ("train.csv", "dev.csv"), "test": ("test.csv",)},
+                          splits={"train": "train", "test": "val"}, md5="620c8ae4bd5a150b730f1ba9a7c6a4d3",
+                          url="https://drive.usercontent.google.com/download?id=0Bz8a_Dbh9QhbNUpYQ2N3SGlFaDg"
+                              "&export=download&confirm=t", archive="yelp_review_polarity_csv.tar.gz"),
+    "sst2": dict(kind="classification", files={"train": ("train.tsv",), "dev": ("dev.tsv",)},
+                 splits={"train": "train", "dev": "val"}, url="https://dl.fbaipublicfiles.com/glue/data/SST-2.zip",
+                 md5="9f81648d4199384278b86e315dac217c"),
+    "text": dict(kind="lm", files=None, splits={"input": "stream"}),
+}
+
+
+def download(url, path, md5=None, sha256=None):
+    """Fetch url to path with a progress line; the file must match its recorded checksum."""
+    tmp = path + ".part"
+    digest = hashlib.md5() if md5 else hashlib.sha256()
+    with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
+        total, done = int(response.headers.get("Content-Length") or 0), 0
+        while chunk := response.read(1 << 20):
+            f.write(chunk)
+            digest.update(chunk)
+            done += len(chunk)
+            print(f"\rdownloading {url}: {done / 1e6:.1f} MB" + (f" of {total / 1e6:.1f}" if total else ""),
+                  end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    expected = md5 or sha256
+    if expected and digest.hexdigest() != expected:
+        os.remove(tmp)
+        raise ValueError(f"{url}: checksum {digest.hexdigest()} differs from the recorded {expected}; nothing kept")
+    os.replace(tmp, path)
+
+
+ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
+
+
+def archive_members(path):
+    """{basename: bytes} of the files inside a zip or tar archive."""
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            return {os.path.basename(n): z.read(n) for n in z.namelist() if not n.endswith("/")}
+    with tarfile.open(path) as t:
+        return {os.path.basename(m.name): t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+
+
+def find_files(src, wanted):
+    """{role: bytes} for each role of wanted ({role: accepted basenames, preferred first}) found in src:
+    a folder (searched recursively, archives in it opened) or an archive."""
+    paths = sorted(glob.glob(os.path.join(src, "**", "*"), recursive=True)) if os.path.isdir(src) else [src]
+    found = {}
+    for path in filter(os.path.isfile, paths):
+        found.setdefault(os.path.basename(path), path)
+        if path.endswith(ARCHIVES):
+            for name, blob in archive_members(path).items():
+                found.setdefault(name, blob)
+    files = {}
+    for role, names in wanted.items():
+        name = next((n for n in names if n in found), None)
+        if name is not None:
+            files[role] = found[name] if isinstance(found[name], bytes) else open(found[name], "rb").read()
+    return files
+
+
+def fetch(dataset, spec, src, folder):
+    """The source files of a dataset, from --src, else from folder/raw, else downloaded into folder/raw."""
+    raw = os.path.join(folder, "raw")
+    archive = spec.get("archive") or os.path.basename(spec["url"])
+    needs = ", ".join(names[0] for names in spec["files"].values()) + f" (or {archive})"
+    if src:
+        if os.path.isfile(src) and len(spec["files"]) == 1 and not src.endswith(ARCHIVES):
+            return {role: open(src, "rb").read() for role in spec["files"]}, src
+        files = find_files(src, spec["files"])
+        if len(files) < len(spec["files"]):
+            raise ValueError(f"--src={src} lacks some of the files {dataset} needs: {needs}")
+        return files, src
+    if os.path.isdir(raw):
+        files = find_files(raw, spec["files"])
+        if len(files) == len(spec["files"]):
+            return files, raw
+    os.makedirs(raw, exist_ok=True)
+    target = os.path.join(raw, archive)
+    try:
+        download(spec["url"], target, md5=spec.get("md5"), sha256=spec.get("sha256"))
+    except OSError as e:  # urllib's errors are OSErrors
+        raise ValueError(f"{dataset}: no local copy, and downloading {spec['url']} failed ({type(e).__name__}); "
+                         f"put {needs} in {raw}/ or pass --src=PATH to a copy") from None
+    return find_files(raw, spec["files"]), spec["url"]
+
+
+def read_documents(src):
+    """The documents of `text`: one file, or every file of a folder (sorted)."""
+    paths = [src] if os.path.isfile(src) else sorted(
+        p for p in glob.glob(os.path.join(src, "**", "*"), recursive=True)
+        if os.path.isfile(p) and not os.path.basename(p).startswith("."))
+    if not paths:
+        raise ValueError(f"--src={src}: no text files found")
+    return {os.path.relpath(p, src) if p != src else os.path.basename(p): open(p, "rb").read() for p in paths}
+
+
+def wikitext_articles(text):
+    """A WikiText split as articles: each starts at a level-1 heading line ' = Title = '."""
+    return [a for a in re.split(r"(?m)^(?= = [^=].* = $)", text) if a.strip()]
+
+
+def read_sst2(blob):
+    rows = csv.reader(io.StringIO(blob.decode("utf-8")), delimiter="\t", quoting=csv.QUOTE_NONE)
+    header = next(rows)
+    text_col = next(i for i, h in enumerate(header) if h in ("sentence", "content"))
+    rows = [r for r in rows if r]
+    return [r[text_col] for r in rows], [int(r[header.index("label")]) for r in rows]
+
+
+def read_yelp(blob):
+    """Yelp polarity CSV ("label","text" with 1 negative, 2 positive), or star-rated reviews
+    (text,label1,"Review Stars: s") as in ../shared/data: 1-2 stars negative, 4-5 positive, 3 dropped."""
+    rows = list(csv.reader(io.StringIO(blob.decode("utf-8"))))
+    if rows[0][0] == "text":
+        rated = [(r[0], float(r[2].split(":")[-1])) for r in rows[1:]]
+        return [t for t, s in rated if s != 3], [int(s >= 4) for t, s in rated if s != 3]
+    return [r[1].replace("\\n", "\n").replace('\\"', '"') for r in rows], [int(r[0]) - 1 for r in rows]
+
+
+def encode_documents(tok, documents):
+    """One uint16 stream: each document's tokens followed by the end-of-text token."""
+    parts = []
+    for i in range(0, len(documents), 1024):
+        for ids in tok.encode_batch(documents[i:i + 1024]):
+            parts.append(np.asarray(ids + [tok.eot], dtype=np.uint16))
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint16)
+
+
+def encode_examples(tok, texts, max_len):
+    """(n, max_len) uint16 token ids, truncated, padded with the end-of-text token; empty texts dropped."""
+    ids = [row[:max_len] for row in tok.encode_batch(texts)]
+    x = np.full((len(ids), max_len), tok.eot, dtype=np.uint16)
+    for i, row in enumerate(ids):
+        x[i, :len(row)] = row
+    return x, np.array([len(row) > 0 for row in ids])
+
+
+def save_atomic(path, array):
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        if path.endswith(".npy"):
+            np.save(f, array, allow_pickle=False)
+        else:
+            array.tofile(f)
+    os.replace(tmp, path)
+
+
+def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", max_len=256, name=None):
+    """Tokenize a corpus into out_dir/<name>: {train,val,test}.bin for language modeling, or
+    {train,val}_{x,y}.npy for classification; meta.json last, so it marks a complete folder."""
+    if dataset not in SOURCES:
+        raise ValueError(f"unknown dataset {dataset!r}; valid: {', '.join(SOURCES)}")
+    if max_len < 1:
+        raise ValueError(f"--max_len must be positive, got {max_len}")
+    spec, folder = SOURCES[dataset], os.path.join(out_dir, name or dataset)
+    if dataset == "text" and not src:
+        raise ValueError("text needs --src=PATH: a text file or a folder of text files")
+    if src and not os.path.exists(src):
+        raise ValueError(f"--src={src} does not exist")
+    tok = Tokenizer(tokenizer, bpe_dir)
+    if dataset == "text":
+        files, origin = read_documents(src), src
+    else:
+        files, origin = fetch(dataset, spec, src, folder)
+    os.makedirs(folder, exist_ok=True)
+    meta = {"dataset": dataset, "kind": spec["kind"], "tokenizer": tok.name, "vocab_size": tok.n_vocab,
+            "eot": tok.eot, "source": origin,
+            "source_sha256": {role: hashlib.sha256(blob).hexdigest() for role, blob in files.items()}}
+    if spec["kind"] == "lm":
+        if spec["splits"] == {"input": "stream"}:  # one stream: the first 90% trains, the rest validates
+            docs = [blob.decode("utf-8", errors="replace") for blob in files.values()]
+            stream = encode_documents(tok, docs)
+            cut = int(0.9 * len(stream))
+            splits = {"train": stream[:cut], "val": stream[cut:]}
+        else:
+            splits = {spec["splits"][role]: encode_documents(tok, wikitext_articles(blob.decode("utf-8")))
+                      for role, blob in files.items()}
+        for split, tokens in splits.items():
+            save_atomic(os.path.join(folder, f"{split}.bin"), tokens)
+        meta["tokens"] = {split: int(len(tokens)) for split, tokens in splits.items()}
+    else:
+        reader = read_sst2 if dataset == "sst2" else read_yelp
+        meta.update(max_len=max_len, n_classes=2, pad_id=tok.eot, labels=["negative", "positive"], examples={})
+        for role, blob in files.items():
+            split = spec["splits"][role]
+            texts, labels = reader(blob)
+            x, keep = encode_examples(tok, texts, max_len)
+            save_atomic(os.path.join(folder, f"{split}_x.npy"), x[keep])
+            save_atomic(os.path.join(folder, f"{split}_y.npy"), np.asarray(labels, dtype=np.uint8)[keep])
+            meta["examples"][split] = int(keep.sum())
+    with open(os.path.join(folder, "meta.json.tmp"), "w") as f:
+        json.dump(meta, f, indent=1)
+    os.replace(os.path.join(folder, "meta.json.tmp"), os.path.join(folder, "meta.json"))
+    return folder, meta
+
+
+PREPARE_OPTIONS = {"src": None, "tokenizer": "gpt2", "bpe_dir": None, "out_dir": "data", "max_len": 256, "name": None}
+
+
+def main(argv):
+    if not argv or argv[0].startswith("--"):
+        raise ValueError(f"usage: python data.py DATASET [--key=value]; datasets: {', '.join(SOURCES)}")
+    options = {}
+    for arg in argv[1:]:
+        key, eq, value = arg.lstrip("-").partition("=")
+        if not arg.startswith("--") or key not in PREPARE_OPTIONS or not eq:
+            raise ValueError(f"bad option {arg!r}; valid: {', '.join(f'--{k}=...' for k in PREPARE_OPTIONS)}")
+        if key == "max_len" and not value.isdigit():
+            raise ValueError(f"--max_len takes a positive integer, got {value!r}")
+        options[key] = int(value) if key == "max_len" else value
+    folder, meta = prepare(argv[0], **options)
+    counts = meta.get("tokens") or meta.get("examples")
+    unit = "tokens" if meta["kind"] == "lm" else "examples"
+    print(f"wrote {folder}: " + ", ".join(f"{split} {n:,} {unit}" for split, n in counts.items())
+          + f" ({meta['tokenizer']}, vocab {meta['vocab_size']})")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

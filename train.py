@@ -37,6 +37,9 @@ log_interval = 25
 init_from = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt)
 # task
 task = "addition_5,retrieval_8"  # comma list of tasks (data.py), or prepared corpora
+data_dir = "data"  # where `python data.py` put the corpora
+eval_split = "val"  # corpora: the split behind val_* ('test' for language modeling: the whole stream)
+eval_iters = 20  # language modeling: batches of the fixed validation sample
 seed = 0  # model init, frozen weights, mixing matrices and the data stream
 seeds = 1  # run seeds seed .. seed+seeds-1 and report mean ± std
 # model
@@ -273,6 +276,8 @@ def eval_metrics(model, task, config, env):
         metrics["val_exact"] = val["exact"]
     if task.train_eval:
         metrics["train_acc"] = evaluate(model, task, "train", config["batch_size"], env)["acc"]
+    if task.perplexity:
+        metrics["val_ppl"] = math.exp(min(val["loss"], 50.0))
     return metrics
 
 
@@ -512,7 +517,8 @@ def build_tasks(runs):
     for run in runs:
         if run["task"] not in tasks:
             try:
-                tasks[run["task"]] = make_task(run["task"])
+                tasks[run["task"]] = make_task(run["task"], run["block_size"], run["data_dir"], run["eval_iters"],
+                                               run["eval_split"])
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         model_config(run, tasks[run["task"]])
