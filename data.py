@@ -12,12 +12,16 @@ make_task(name) builds a task by its command-line name:
 A bare algorithmic name takes the default N. Every task gives batches (x, y) of LongTensors where
 y = -1 at the positions that are not scored, and a fixed evaluation split that no training batch repeats.
 
-Preparing corpora (GPT-2 BPE through tiktoken, or bytes):
+Preparing corpora into data/<name> (GPT-2 BPE through tiktoken, or bytes):
   python data.py wikitext103 | wikitext2 | tinyshakespeare | yelp_polarity | sst2   # download (checksummed)
-  python data.py wikitext2 --src=../shared/data/wikitext-2                         # offline, from a local copy
-  python data.py text --src=PATH [--name=mytext]                                   # any text file or folder
+  python data.py wikitext2 --src=../shared/data/wikitext-2 --bpe_dir=../shared/data/gpt2_bpe   # offline copy
+  python data.py text --src=PATH [--name=mytext]          # any text file or folder; train with --task=mytext
   options: --tokenizer=gpt2|bytes  --bpe_dir=DIR (or MIXIT_BPE_DIR)  --out_dir=data  --max_len=256
+Language modeling: {train,val,test}.bin uint16 token streams, an end-of-text token after every document
+(a WikiText article; a file of `text`). Classification: {train,val}_{x,y}.npy. meta.json, written last,
+records the tokenizer, the counts and the source files with their sha256.
 """
+import base64
 import csv
 import glob
 import hashlib
@@ -27,6 +31,7 @@ import os
 import re
 import sys
 import tarfile
+import threading
 import urllib.request
 import zipfile
 
@@ -397,10 +402,11 @@ class TextTask:
         self.vocab_size, self.block_size = padded_vocab(meta["vocab_size"]), block_size
         self.eval_iters, self.val_split = eval_iters, eval_split
         for split in ("train", eval_split):
-            n = meta["tokens"].get(split, 0)
-            if n <= block_size:
-                raise ValueError(f"{folder} has {n} {split} tokens; block_size={block_size} needs more "
-                                 f"(splits: {', '.join(meta['tokens'])})")
+            if split not in meta["tokens"]:
+                raise ValueError(f"{folder} has no {split!r} split; valid: {', '.join(meta['tokens'])}")
+            if meta["tokens"][split] <= block_size:
+                raise ValueError(f"{folder} has {meta['tokens'][split]} {split} tokens; block_size={block_size} "
+                                 f"needs more")
 
     def tokens(self, split):
         return np.memmap(os.path.join(self.folder, f"{split}.bin"), dtype=np.uint16, mode="r")  # fresh per batch
@@ -471,14 +477,15 @@ class ClassifyTask:
 def make_task(name, block_size=0, data_dir="data", eval_iters=20, eval_split="val"):
     """A task by its command-line name: algorithmic (addition_10, retrieval, ...) or a prepared corpus."""
     base, _, arg = name.partition("_")
-    if name in CORPUS_TASKS:
-        folder = os.path.join(data_dir, name)
+    folder = os.path.join(data_dir, name)
+    if name in CORPUS_TASKS or (base not in TASKS and os.path.isfile(os.path.join(folder, "meta.json"))):
         meta = read_meta(folder, name)
         if meta["kind"] == "lm":
             return TextTask(name, folder, meta, block_size or 256, eval_iters, eval_split)
         return ClassifyTask(name, folder, meta, block_size or meta["max_len"], eval_split)
     if base not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid: {TASK_NAMES}, {', '.join(CORPUS_TASKS)}")
+        raise ValueError(f"unknown task {name!r}; valid: {TASK_NAMES}, {', '.join(CORPUS_TASKS)}, or the --name "
+                         f"of a corpus prepared in {data_dir}/")
     cls, default, smallest = TASKS[base]
     if not arg:
         return cls(default)
@@ -502,6 +509,7 @@ def read_meta(folder, name):
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+TIKTOKEN_TIMEOUT = 30  # seconds for tiktoken to find or download the GPT-2 BPE files
 
 
 class Tokenizer:
@@ -535,38 +543,61 @@ class Tokenizer:
 def gpt2_encoding(bpe_dir):
     """GPT-2 BPE from bpe_dir/gpt2.tiktoken (offline), else tiktoken's own (TIKTOKEN_CACHE_DIR or download)."""
     import tiktoken
-    from tiktoken.load import load_tiktoken_bpe
-    hint = ("offline, pass --bpe_dir=DIR holding gpt2.tiktoken (or set MIXIT_BPE_DIR), or pre-seed "
-            "TIKTOKEN_CACHE_DIR as ../shared/data/README.md shows; a copy is in ../shared/data/gpt2_bpe")
-    if bpe_dir:
-        path = os.path.join(bpe_dir, "gpt2.tiktoken")
-        if not os.path.isfile(path):
-            raise ValueError(f"GPT-2 BPE: no gpt2.tiktoken in {bpe_dir}; {hint}")
+    hint = ("offline: pass --bpe_dir=DIR holding gpt2.tiktoken (or set MIXIT_BPE_DIR=DIR; a copy is in "
+            "../shared/data/gpt2_bpe), or copy vocab.bpe and encoder.json into $TIKTOKEN_CACHE_DIR under "
+            "tiktoken's cache names (recipe A of ../shared/data/README.md), or use --tokenizer=bytes")
+    if not bpe_dir:
+        return tiktoken_gpt2(hint)
+    path = os.path.join(bpe_dir, "gpt2.tiktoken")
+    if not os.path.isfile(path):
+        raise ValueError(f"GPT-2 BPE: no gpt2.tiktoken in {bpe_dir}; {hint}")
+    with open(path, "rb") as f:
+        blob = f.read()
+    if hashlib.sha256(blob).hexdigest() != GPT2_TIKTOKEN_SHA256:
+        raise ValueError(f"GPT-2 BPE: {path} fails its sha256 check (expected {GPT2_TIKTOKEN_SHA256}); {hint}")
+    ranks = {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in blob.splitlines())}
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+
+
+def tiktoken_gpt2(hint, timeout=TIKTOKEN_TIMEOUT):
+    """tiktoken.get_encoding('gpt2'), given up after timeout seconds: its download has no timeout of
+    its own and can hang forever behind a silent network. A daemon thread never holds up the exit."""
+    import tiktoken
+    result = {}
+
+    def load():
         try:
-            ranks = load_tiktoken_bpe(path, expected_hash=GPT2_TIKTOKEN_SHA256)
-        except ValueError:
-            raise ValueError(f"GPT-2 BPE: {path} fails its sha256 check; {hint}") from None
-        return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                                 special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
-    try:
-        return tiktoken.get_encoding("gpt2")
-    except Exception as e:
-        raise ValueError(f"GPT-2 BPE could not be loaded ({type(e).__name__}); {hint}") from None
+            result["enc"] = tiktoken.get_encoding("gpt2")
+        except Exception as e:  # requests' errors, hash mismatches, ...
+            result["error"] = type(e).__name__
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if "enc" not in result:
+        reason = result.get("error", f"no answer within {timeout:g} s")
+        raise ValueError(f"GPT-2 BPE could not be loaded: not in tiktoken's cache, and downloading it failed "
+                         f"({reason}); {hint}")
+    return result["enc"]
 
 
-def _wikitext(name, url, md5, ext):
+def _wikitext(url, md5, ext):
     names = {s: (f"wiki.{s}.{ext}", f"{s}.txt") for s in ("train", "valid", "test")}
     return dict(kind="lm", url=url, md5=md5, files=names, splits={"train": "train", "valid": "val", "test": "test"})
 
 
 SOURCES = {  # public sources with their recorded checksums (torchtext's, and the shared data README's)
-    "wikitext103": _wikitext("wikitext103", "https://wikitext.smerity.com/wikitext-103-raw-v1.zip",
+    "wikitext103": _wikitext("https://wikitext.smerity.com/wikitext-103-raw-v1.zip",
                              "0ca3512bd7a238be4a63ce7b434f8935", "raw"),
-    "wikitext2": _wikitext("wikitext2", "https://wikitext.smerity.com/wikitext-2-v1.zip",
+    "wikitext2": _wikitext("https://wikitext.smerity.com/wikitext-2-v1.zip",
                            "542ccefacc6c27f945fb54453812b3cd", "tokens"),
     "tinyshakespeare": dict(kind="lm", files={"input": ("input.txt",)}, splits={"input": "stream"},
                             url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
                             sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+    # Yelp polarity: the public archive holds train.csv (560k) and test.csv (38k, evaluated as 'val'). The
+    # star-rated copy in ../shared/data/yelp_reviews_stars has only dev.csv and test.csv (5k reviews each):
+    # dev.csv trains and test.csv evaluates; meta.json records the files and the label rule.
     "yelp_polarity": dict(kind="classification", files={"train": ("train.csv", "dev.csv"), "test": ("test.csv",)},
                           splits={"train": "train", "test": "val"}, md5="620c8ae4bd5a150b730f1ba9a7c6a4d3",
                           url="https://drive.usercontent.google.com/download?id=0Bz8a_Dbh9QhbNUpYQ2N3SGlFaDg"
@@ -578,24 +609,40 @@ SOURCES = {  # public sources with their recorded checksums (torchtext's, and th
 }
 
 
+USER_AGENT = "Mozilla/5.0 (compatible; mixit data.py)"  # some hosts refuse urllib's own (Python-urllib/3.x)
+
+
 def download(url, path, md5=None, sha256=None):
-    """Fetch url to path with a progress line; the file must match its recorded checksum."""
-    tmp = path + ".part"
-    digest = hashlib.md5() if md5 else hashlib.sha256()
-    with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
+    """Fetch url to path; the file must match its recorded checksum. A failure raises ValueError and
+    keeps nothing."""
+    tmp, expected = path + ".part", md5 or sha256
+    try:
+        digest = stream_to_file(url, tmp, hashlib.md5() if md5 else hashlib.sha256())
+        if digest != expected:
+            raise ValueError(f"{url} has checksum {digest}, not the recorded {expected}")
+        os.replace(tmp, path)
+    except OSError as e:  # urllib's errors, timeouts included
+        raise ValueError(f"downloading {url} failed ({type(e).__name__}: {e})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def stream_to_file(url, path, digest):
+    """Copy url into path with a progress line on stderr; returns the hex digest of the bytes."""
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    with urllib.request.urlopen(request, timeout=30) as response, open(path, "wb") as f:
         total, done = int(response.headers.get("Content-Length") or 0), 0
-        while chunk := response.read(1 << 20):
-            f.write(chunk)
-            digest.update(chunk)
-            done += len(chunk)
-            print(f"\rdownloading {url}: {done / 1e6:.1f} MB" + (f" of {total / 1e6:.1f}" if total else ""),
-                  end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
-    expected = md5 or sha256
-    if expected and digest.hexdigest() != expected:
-        os.remove(tmp)
-        raise ValueError(f"{url}: checksum {digest.hexdigest()} differs from the recorded {expected}; nothing kept")
-    os.replace(tmp, path)
+        try:
+            while chunk := response.read(1 << 20):
+                f.write(chunk)
+                digest.update(chunk)
+                done += len(chunk)
+                print(f"\rdownloading {url}: {done / 1e6:.1f} MB" + (f" of {total / 1e6:.1f}" if total else ""),
+                      end="", file=sys.stderr, flush=True)
+        finally:
+            print(file=sys.stderr)  # ends the progress line
+    return digest.hexdigest()
 
 
 ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
@@ -611,8 +658,8 @@ def archive_members(path):
 
 
 def find_files(src, wanted):
-    """{role: bytes} for each role of wanted ({role: accepted basenames, preferred first}) found in src:
-    a folder (searched recursively, archives in it opened) or an archive."""
+    """{role: (name, bytes)} for each role of wanted ({role: accepted basenames, preferred first}) found
+    in src: a folder (searched recursively, archives in it opened) or an archive."""
     paths = sorted(glob.glob(os.path.join(src, "**", "*"), recursive=True)) if os.path.isdir(src) else [src]
     found = {}
     for path in filter(os.path.isfile, paths):
@@ -624,34 +671,49 @@ def find_files(src, wanted):
     for role, names in wanted.items():
         name = next((n for n in names if n in found), None)
         if name is not None:
-            files[role] = found[name] if isinstance(found[name], bytes) else open(found[name], "rb").read()
+            files[role] = name, found[name] if isinstance(found[name], bytes) else open(found[name], "rb").read()
     return files
 
 
+def missing_dirs(path):
+    """The folders that os.makedirs(path) would create, deepest first."""
+    made = []
+    while path and not os.path.isdir(path):
+        made.append(path)
+        path = os.path.dirname(path)
+    return made
+
+
 def fetch(dataset, spec, src, folder):
-    """The source files of a dataset, from --src, else from folder/raw, else downloaded into folder/raw."""
+    """The source files of a dataset as {role: (name, bytes)}, and where they came from: --src, else
+    folder/raw, else a download into folder/raw (on failure nothing is left, not even the folders)."""
     raw = os.path.join(folder, "raw")
     archive = spec.get("archive") or os.path.basename(spec["url"])
-    needs = ", ".join(names[0] for names in spec["files"].values()) + f" (or {archive})"
+    needs = ", ".join(" or ".join(names) for names in spec["files"].values())
+    needs += f" (or {archive})" if archive not in needs else ""
     if src:
         if os.path.isfile(src) and len(spec["files"]) == 1 and not src.endswith(ARCHIVES):
-            return {role: open(src, "rb").read() for role in spec["files"]}, src
+            return {role: (os.path.basename(src), open(src, "rb").read()) for role in spec["files"]}, src
         files = find_files(src, spec["files"])
         if len(files) < len(spec["files"]):
             raise ValueError(f"--src={src} lacks some of the files {dataset} needs: {needs}")
         return files, src
-    if os.path.isdir(raw):
-        files = find_files(raw, spec["files"])
-        if len(files) == len(spec["files"]):
-            return files, raw
+    files = find_files(raw, spec["files"]) if os.path.isdir(raw) else {}
+    if len(files) == len(spec["files"]):
+        return files, raw
+    made = missing_dirs(raw)
     os.makedirs(raw, exist_ok=True)
-    target = os.path.join(raw, archive)
     try:
-        download(spec["url"], target, md5=spec.get("md5"), sha256=spec.get("sha256"))
-    except OSError as e:  # urllib's errors are OSErrors
-        raise ValueError(f"{dataset}: no local copy, and downloading {spec['url']} failed ({type(e).__name__}); "
-                         f"put {needs} in {raw}/ or pass --src=PATH to a copy") from None
-    return find_files(raw, spec["files"]), spec["url"]
+        download(spec["url"], os.path.join(raw, archive), md5=spec.get("md5"), sha256=spec.get("sha256"))
+        files = find_files(raw, spec["files"])
+        if len(files) < len(spec["files"]):
+            raise ValueError(f"{archive} lacks some of the files {dataset} needs")
+    except ValueError as e:
+        for path in made:
+            os.rmdir(path)
+        raise ValueError(f"{dataset}: no local copy, and {e}; put {needs} in {raw}/ or pass --src=PATH "
+                         f"to a copy") from None
+    return files, spec["url"]
 
 
 def read_documents(src):
@@ -670,21 +732,25 @@ def wikitext_articles(text):
 
 
 def read_sst2(blob):
+    """GLUE SST-2 TSV with a header, in either column order (sentence/content, label): texts, labels, rule."""
     rows = csv.reader(io.StringIO(blob.decode("utf-8")), delimiter="\t", quoting=csv.QUOTE_NONE)
     header = next(rows)
     text_col = next(i for i, h in enumerate(header) if h in ("sentence", "content"))
     rows = [r for r in rows if r]
-    return [r[text_col] for r in rows], [int(r[header.index("label")]) for r in rows]
+    return [r[text_col] for r in rows], [int(r[header.index("label")]) for r in rows], "label 0 negative, 1 positive"
 
 
 def read_yelp(blob):
     """Yelp polarity CSV ("label","text" with 1 negative, 2 positive), or star-rated reviews
-    (text,label1,"Review Stars: s") as in ../shared/data: 1-2 stars negative, 4-5 positive, 3 dropped."""
+    (text,label1,"Review Stars: s") as in ../shared/data: 1-2 stars negative, 4-5 positive, 3 dropped.
+    Returns texts, labels and the rule that made the labels."""
     rows = list(csv.reader(io.StringIO(blob.decode("utf-8"))))
     if rows[0][0] == "text":
         rated = [(r[0], float(r[2].split(":")[-1])) for r in rows[1:]]
-        return [t for t, s in rated if s != 3], [int(s >= 4) for t, s in rated if s != 3]
-    return [r[1].replace("\\n", "\n").replace('\\"', '"') for r in rows], [int(r[0]) - 1 for r in rows]
+        return ([t for t, s in rated if s != 3], [int(s >= 4) for t, s in rated if s != 3],
+                "stars: 1-2 negative, 4-5 positive, 3 dropped")
+    texts = [r[1].replace("\\n", "\n").replace('\\"', '"') for r in rows]
+    return texts, [int(r[0]) - 1 for r in rows], "class 1 negative, 2 positive"
 
 
 def encode_documents(tok, documents):
@@ -722,6 +788,11 @@ def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", m
         raise ValueError(f"unknown dataset {dataset!r}; valid: {', '.join(SOURCES)}")
     if max_len < 1:
         raise ValueError(f"--max_len must be positive, got {max_len}")
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
+        raise ValueError(f"--name={name!r}: a folder name of letters, digits, '_', '.' and '-'")
+    if name is not None and name.partition("_")[0] in TASKS:
+        raise ValueError(f"--name={name!r} would read as the algorithmic task {name.partition('_')[0]}_N; "
+                         f"choose another name")
     spec, folder = SOURCES[dataset], os.path.join(out_dir, name or dataset)
     if dataset == "text" and not src:
         raise ValueError("text needs --src=PATH: a text file or a folder of text files")
@@ -729,39 +800,55 @@ def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", m
         raise ValueError(f"--src={src} does not exist")
     tok = Tokenizer(tokenizer, bpe_dir)
     if dataset == "text":
-        files, origin = read_documents(src), src
+        files, origin = {name: (name, blob) for name, blob in read_documents(src).items()}, src
     else:
         files, origin = fetch(dataset, spec, src, folder)
     os.makedirs(folder, exist_ok=True)
+    if os.path.exists(os.path.join(folder, "meta.json")):
+        os.remove(os.path.join(folder, "meta.json"))  # a folder being rewritten is not prepared
     meta = {"dataset": dataset, "kind": spec["kind"], "tokenizer": tok.name, "vocab_size": tok.n_vocab,
             "eot": tok.eot, "source": origin,
-            "source_sha256": {role: hashlib.sha256(blob).hexdigest() for role, blob in files.items()}}
+            "source_files": {spec["splits"].get(role, role): {"file": name, "sha256": hashlib.sha256(blob).hexdigest()}
+                             for role, (name, blob) in files.items()}}
     if spec["kind"] == "lm":
-        if spec["splits"] == {"input": "stream"}:  # one stream: the first 90% trains, the rest validates
-            docs = [blob.decode("utf-8", errors="replace") for blob in files.values()]
-            stream = encode_documents(tok, docs)
-            cut = int(0.9 * len(stream))
-            splits = {"train": stream[:cut], "val": stream[cut:]}
-        else:
-            splits = {spec["splits"][role]: encode_documents(tok, wikitext_articles(blob.decode("utf-8")))
-                      for role, blob in files.items()}
-        for split, tokens in splits.items():
-            save_atomic(os.path.join(folder, f"{split}.bin"), tokens)
-        meta["tokens"] = {split: int(len(tokens)) for split, tokens in splits.items()}
+        meta["tokens"] = write_lm(tok, spec, files, folder)
     else:
-        reader = read_sst2 if dataset == "sst2" else read_yelp
-        meta.update(max_len=max_len, n_classes=2, pad_id=tok.eot, labels=["negative", "positive"], examples={})
-        for role, blob in files.items():
-            split = spec["splits"][role]
-            texts, labels = reader(blob)
-            x, keep = encode_examples(tok, texts, max_len)
-            save_atomic(os.path.join(folder, f"{split}_x.npy"), x[keep])
-            save_atomic(os.path.join(folder, f"{split}_y.npy"), np.asarray(labels, dtype=np.uint8)[keep])
-            meta["examples"][split] = int(keep.sum())
+        meta.update(max_len=max_len, n_classes=2, pad_id=tok.eot, labels=["negative", "positive"])
+        meta["examples"], meta["label_rule"] = write_classification(tok, dataset, spec, files, folder, max_len)
     with open(os.path.join(folder, "meta.json.tmp"), "w") as f:
         json.dump(meta, f, indent=1)
     os.replace(os.path.join(folder, "meta.json.tmp"), os.path.join(folder, "meta.json"))
     return folder, meta
+
+
+def write_lm(tok, spec, files, folder):
+    """{split}.bin token streams; returns {split: tokens}. A single stream (tinyshakespeare, text) is
+    cut 90% train / 10% val; WikiText keeps its splits, one document per article."""
+    if spec["splits"] == {"input": "stream"}:
+        stream = encode_documents(tok, [blob.decode("utf-8", errors="replace") for _, blob in files.values()])
+        cut = int(0.9 * len(stream))
+        splits = {"train": stream[:cut], "val": stream[cut:]}
+    else:
+        splits = {spec["splits"][role]: encode_documents(tok, wikitext_articles(blob.decode("utf-8")))
+                  for role, (_, blob) in files.items()}
+    for split, tokens in splits.items():
+        save_atomic(os.path.join(folder, f"{split}.bin"), tokens)
+    return {split: int(len(tokens)) for split, tokens in splits.items()}
+
+
+def write_classification(tok, dataset, spec, files, folder, max_len):
+    """{split}_x.npy (n, max_len) token ids and {split}_y.npy labels; returns {split: examples}, label rule."""
+    reader = read_sst2 if dataset == "sst2" else read_yelp
+    examples, rules = {}, set()
+    for role, (_, blob) in files.items():
+        split = spec["splits"][role]
+        texts, labels, rule = reader(blob)
+        x, keep = encode_examples(tok, texts, max_len)
+        save_atomic(os.path.join(folder, f"{split}_x.npy"), x[keep])
+        save_atomic(os.path.join(folder, f"{split}_y.npy"), np.asarray(labels, dtype=np.uint8)[keep])
+        examples[split] = int(keep.sum())
+        rules.add(rule)
+    return examples, "; ".join(sorted(rules))
 
 
 PREPARE_OPTIONS = {"src": None, "tokenizer": "gpt2", "bpe_dir": None, "out_dir": "data", "max_len": 256, "name": None}

@@ -1,8 +1,10 @@
 """Tests for mixit: python -m pytest -q test_mixit.py (CPU only, no network)."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -372,6 +374,33 @@ BAD_INPUTS = [
     (["missing_config.py"], "config file not found"),
     (["CONFIG:learning_rte = 1e-3"], "unknown option 'learning_rte' in"),
     (["CONFIG:n_layer = '4'"], "expected a int"),
+    (["CONFIG:n_layer = ("], "failed: SyntaxError"),
+    (["--device=tpu"], "unknown device 'tpu'; valid: auto, cpu, cuda, cuda:N, mps"),
+    (["--device=cuda"], "CUDA is not available here; valid: cpu"),
+    (["--dtype=float64"], "valid: auto, float32, bfloat16, float16"),
+    (["--n_layer=0"], "n_layer=0 in --n_layer: must be positive"),
+    (["--batch_size=-4"], "must be positive"),
+    (["--n_embd=100", "--n_head=3"], "n_embd=100 must be divisible by n_head=3"),
+    (["--n_embd=24", "--n_head=8", "--attn=softmax"], "rotary embeddings need an even head size"),
+    (["--task=addition_3", "--block_size=5"], "block_size=5 is shorter than the addition_3 sequences (12 tokens)"),
+    (["--learning_rate=-1e-3"], "must be positive"),
+    (["--learning_rate=nan"], "expected a float"),
+    (["--eval_interval=0"], "must be positive"),
+    (["--beta2=1.5"], "must lie in [0, 1)"),
+    (["--weight_decay=-0.1"], "must be zero or positive"),
+    (["--gradient_accumulation_steps=0"], "must be positive"),
+    (["--seeds=0"], "must be positive"),
+    (["--skip=1.5"], "skip must lie in [0, 1]"),
+    (["--init_std=0.0"], "must be positive"),
+    (["--attn=softmax,linear"], "unknown attn 'linear'"),
+    (["--freeze=mlp,attn"], "unknown freeze 'attn'"),
+    (["--task=retrieval_200"], "retrieval_N needs 2N <= 256"),
+    (["--task=induction_1"], "induction_N takes an integer N >= 2"),
+    (["--task=wikitext2", "--data_dir=/nonexistent"], "is not prepared: run `python data.py wikitext2`"),
+    (["--task=sst2", "--data_dir=/nonexistent"], "is not prepared: run `python data.py sst2`"),
+    (["--compile=yes"], "valid: auto, True, False"),
+    (["--max_iters=1e3"], "expected a int"),
+    (["--eval_interval=__import__('os')"], "expected a int"),
 ]
 
 
@@ -398,3 +427,135 @@ def test_resume_refuses_another_model(tmp_path, capsys):
 def test_cli_exits_2_without_traceback():
     proc = subprocess.run([sys.executable, "train.py", "--attn=nope"], cwd=HERE, capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_out_dir_not_writable(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert train.cli(["--task=addition_2", "--max_iters=1", f"--out_dir={blocker / 'out'}", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not writable" in err and blocker.read_text() == "not a folder"
+
+
+def test_batch_must_divide_across_processes(tmp_path, capsys, monkeypatch):
+    for key, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2").items():
+        monkeypatch.setenv(key, value)
+    assert run_train(tmp_path / "out", "--task=addition_2", "--attn=softmax", "--gradient_accumulation_steps=3",
+                     *FAST) == 2
+    assert "must be a multiple of the 2 processes" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- faults
+
+
+class Evil:
+    """Unpickling this would create a folder: a stand-in for arbitrary code in a shared checkpoint."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return os.makedirs, (self.path,)
+
+
+def test_checkpoint_that_would_run_code_is_refused(tmp_path, capsys):
+    import pickle
+    for name, write in (("raw", lambda f, obj: pickle.dump(obj, f)), ("torch", lambda f, obj: torch.save(obj, f))):
+        out, pwned = tmp_path / name, tmp_path / f"pwned_{name}"
+        out.mkdir()
+        with open(out / "ckpt.pt", "wb") as f:
+            write(f, {"model": Evil(str(pwned))})
+        assert run_train(out, "--task=addition_2", "--attn=softmax", "--init_from=resume", *FAST) == 2
+        assert "is not a readable checkpoint" in capsys.readouterr().err
+        assert not pwned.exists()
+
+
+def test_damaged_checkpoints_give_one_line(tmp_path, capsys):
+    assert run_train(tmp_path, "--task=addition_2", "--attn=mixing", "--max_iters=2", *FAST) == 0
+    good = (tmp_path / "ckpt.pt").read_bytes()
+    damaged = {"truncated": good[:len(good) // 2], "garbage": os.urandom(2000)}
+    for kind, blob in damaged.items():
+        (tmp_path / "ckpt.pt").write_bytes(blob)
+        assert run_train(tmp_path, "--task=addition_2", "--attn=mixing", "--init_from=resume", *FAST) == 2, kind
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is not a readable checkpoint" in err, err
+    torch.save({"model": {}}, tmp_path / "ckpt.pt")
+    assert run_train(tmp_path, "--task=addition_2", "--attn=mixing", "--init_from=resume", *FAST) == 2
+    assert "is not a mixit checkpoint (missing optimizer, model_args" in capsys.readouterr().err
+
+
+def test_resume_with_changed_training_options_is_allowed_and_printed(tmp_path, capsys):
+    assert run_train(tmp_path, "--task=addition_2", "--attn=softmax", "--max_iters=2", *FAST) == 0
+    assert run_train(tmp_path, "--task=addition_2", "--attn=softmax", "--max_iters=4", "--learning_rate=1e-3",
+                     "--init_from=resume", *FAST) == 0
+    out = capsys.readouterr().out
+    assert "changed training options" in out and "max_iters: 2 -> 4" in out and "learning_rate: 0.003 -> 0.001" in out
+    assert load_ckpt(tmp_path)["iter_num"] == 4
+
+
+def test_nonfinite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, capsys):
+    run = ["--task=addition_2", "--attn=softmax", *FAST]
+    assert run_train(tmp_path, *run, "--max_iters=2") == 0
+    before = (tmp_path / "ckpt.pt").read_bytes()
+    assert run_train(tmp_path, *run, "--max_iters=6", "--eval_interval=2", "--init_std=1e30") == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "non-finite loss or gradient norm at iter 1" in err and "untouched" in err
+    assert (tmp_path / "ckpt.pt").read_bytes() == before
+
+
+def start_run(out_dir, *args):
+    """train.py as a real child process, its output to a file."""
+    log = open(f"{out_dir}.log", "w")
+    cmd = [sys.executable, "train.py", f"--out_dir={out_dir}", "--device=cpu", *args]
+    return subprocess.Popen(cmd, cwd=HERE, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def wait_for(predicate, proc, timeout=120):
+    t0 = time.time()
+    while not predicate():
+        assert proc.poll() is None, "the run ended early"
+        assert time.time() - t0 < timeout
+        time.sleep(0.01)
+
+
+KILL_RUN = ["--task=addition_3", "--attn=frozen_qk", "--eval_interval=3", "--max_iters=30", "--log_interval=1", *FAST]
+
+
+def test_sigkill_keeps_a_loadable_checkpoint_and_resume_matches(tmp_path):
+    assert run_train(tmp_path / "full", *KILL_RUN) == 0
+    killed = tmp_path / "killed"
+    proc = start_run(killed, *KILL_RUN)
+    wait_for(lambda: (killed / "ckpt.pt").exists(), proc)
+    time.sleep(np.random.default_rng().uniform(0, 0.5))  # any moment, checkpoint writes included
+    proc.kill()
+    proc.wait()
+    assert load_ckpt(killed)["iter_num"] % 3 == 0  # the last complete checkpoint loads
+    (killed / "ckpt.pt.tmp").write_bytes(b"half a checkpoint")  # as a kill during a write leaves it
+    assert run_train(killed, *KILL_RUN, "--init_from=resume") == 0
+    full, resumed = read_metrics(tmp_path / "full"), read_metrics(killed)
+    assert [m["iter"] for m in resumed] == [m["iter"] for m in full]
+    for a, b in zip(full, resumed):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6)
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-6)
+
+
+def test_sigterm_checkpoints_the_current_step(tmp_path):
+    run = ["--task=addition_3", "--attn=mixing", "--eval_interval=1000", "--lr_decay_iters=1000", "--log_interval=1",
+           *FAST]
+    stopped = tmp_path / "stopped"
+    proc = start_run(stopped, *run, "--max_iters=1000")
+    log = tmp_path / "stopped.log"
+    wait_for(lambda: log.read_text().count("\niter ") >= 3, proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    text = log.read_text()
+    assert "stopped by SIGTERM at iter" in text and "Traceback" not in text
+    step = load_ckpt(stopped)["iter_num"]
+    assert f"stopped by SIGTERM at iter {step}: wrote {stopped / 'ckpt.pt'}" in text
+    assert run_train(stopped, *run, f"--max_iters={step + 3}", "--init_from=resume") == 0
+    assert run_train(tmp_path / "full", *run, f"--max_iters={step + 3}") == 0
+    a, b = read_metrics(stopped)[-1], read_metrics(tmp_path / "full")[-1]
+    assert a["iter"] == b["iter"] == step + 3
+    assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6)  # the losses before the signal count too
+    assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-6)

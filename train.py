@@ -11,10 +11,13 @@ values are parsed as Python literals (never evaluated) and must match the type o
 """
 import ast
 import datetime
+import hashlib
 import json
 import math
 import os
+import signal
 import sys
+import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import asdict
@@ -25,8 +28,9 @@ import torch.distributed as dist
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from data import make_task
+from data import TEST_SEED, Induction, make_task
 from mixit import ATTNS, COLORS, FREEZES, MixiT, MixiTConfig, peak_flops
+from sample import induction_scores
 
 # -----------------------------------------------------------------------------
 # default config values: the main job, every variant on a small addition and a small retrieval task
@@ -74,6 +78,10 @@ compile = "auto"  # auto (on for CUDA), True, False
 DEFAULTS = {k: v for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
 CHOICES = {"init_from": ("scratch", "resume"), "dtype": ("auto", "float32", "bfloat16", "float16"),
            "compile": ("auto", True, False)}
+POSITIVE = ("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "log_interval", "eval_iters",
+            "seeds", "n_layer", "n_head", "n_embd", "learning_rate", "init_std", "base_width", "base_ffn")
+NON_NEGATIVE = ("block_size", "warmup_iters", "lr_decay_iters", "min_lr", "weight_decay", "grad_clip", "seed")
+UNIT_INTERVAL = ("beta1", "beta2")  # [0, 1)
 ARCH_KEYS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "attn", "freeze", "causal", "n_classes",
              "pad_id", "seed", "bias", "rope_theta", "init_std", "base_width", "base_ffn", "skip", "cminus", "mix_beta")
 
@@ -107,6 +115,12 @@ def check_value(key, value, source):
         return float(value)
     if type(value) is not type(default):
         raise ConfigError(f"{key}={value!r} in {source}: expected a {type(default).__name__}, like {default!r}")
+    if key in POSITIVE and not value > 0:
+        raise ConfigError(f"{key}={value!r} in {source}: must be positive")
+    if key in NON_NEGATIVE and not value >= 0:
+        raise ConfigError(f"{key}={value!r} in {source}: must be zero or positive")
+    if key in UNIT_INTERVAL and not 0 <= value < 1:
+        raise ConfigError(f"{key}={value!r} in {source}: must lie in [0, 1)")
     return value
 
 
@@ -125,7 +139,10 @@ def parse_config(argv):
             if not os.path.isfile(arg):
                 raise ConfigError(f"config file not found: {arg} (options are written --key=value)")
             namespace = {}
-            exec(open(arg).read(), namespace)  # a config file is Python, as in nanoGPT
+            try:
+                exec(open(arg).read(), namespace)  # a config file is Python and runs as code, as in nanoGPT
+            except Exception as e:
+                raise ConfigError(f"config file {arg} failed: {type(e).__name__}: {e}") from None
             for key, value in namespace.items():
                 if not key.startswith("_") and not callable(value) and not hasattr(value, "__file__"):
                     config[key] = check_value(key, value, arg)
@@ -163,9 +180,12 @@ class Env:
         self.accum = config["gradient_accumulation_steps"] // self.world_size  # micro-steps of this process
         self.dtype = self._dtype(config["dtype"])
         self.compile = config["compile"] if config["compile"] != "auto" else self.device_type == "cuda"
+        self.control = None  # a gloo group on the host: agreeing on a flag costs no GPU sync
         if self.ddp:
             backend = "nccl" if self.device_type == "cuda" else "gloo"
-            dist.init_process_group(backend, timeout=datetime.timedelta(minutes=10))
+            timeout = datetime.timedelta(minutes=10)  # a rank that dies ends the others' waits, not hangs them
+            dist.init_process_group(backend, timeout=timeout)
+            self.control = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else dist.group.WORLD
 
     def _device(self, name):
         if name == "auto":
@@ -209,6 +229,22 @@ class Env:
         if self.ddp:
             dist.all_reduce(tensor)
         return tensor
+
+    def agree_max(self, value):
+        """The largest of every process's integer value (a host-side collective)."""
+        if not self.ddp:
+            return value
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.control)
+        return int(t.item())
+
+    def broadcast_host(self, values):
+        """Rank 0's list of integers, on every process."""
+        if not self.ddp:
+            return values
+        t = torch.tensor(values, dtype=torch.int64)
+        dist.broadcast(t, 0, group=self.control)
+        return t.tolist()
 
     def print(self, *args, **kwargs):
         if self.master:
@@ -278,13 +314,16 @@ def eval_metrics(model, task, config, env):
         metrics["train_acc"] = evaluate(model, task, "train", config["batch_size"], env)["acc"]
     if task.perplexity:
         metrics["val_ppl"] = math.exp(min(val["loss"], 50.0))
+    if isinstance(task, Induction):  # the best head's prefix-matching score: has an induction head formed?
+        metrics["induction_score"] = induction_scores(model, seed=TEST_SEED, device=env.device).max().item()
     return metrics
 
 
-def save_checkpoint(path, model, optimizer, mconf, config, iter_num):
-    """Write through a temporary file and a rename: a kill mid-write leaves the last checkpoint intact."""
+def save_checkpoint(path, model, optimizer, mconf, config, state):
+    """Write through a temporary file, fsync and a rename: a kill mid-write leaves the last checkpoint intact.
+    It holds tensors and plain values only, so torch.load(weights_only=True) reads it and runs no code."""
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": asdict(mconf),
-            "config": config, "iter_num": iter_num, "rng": {"torch": torch.get_rng_state()}}
+            "config": config, **state, "rng": {"torch": torch.get_rng_state()}}
     if torch.cuda.is_available():
         ckpt["rng"]["cuda"] = torch.cuda.get_rng_state_all()
     tmp = path + ".tmp"
@@ -295,6 +334,9 @@ def save_checkpoint(path, model, optimizer, mconf, config, iter_num):
     os.replace(tmp, path)
 
 
+CKPT_KEYS = ("model", "optimizer", "model_args", "config", "iter_num", "rng")
+
+
 def load_checkpoint(path, mconf, config, env):
     """A checkpoint of this very model (architecture and task); changed training options are printed."""
     if not os.path.isfile(path):
@@ -302,11 +344,15 @@ def load_checkpoint(path, mconf, config, env):
     try:
         ckpt = torch.load(path, map_location=env.device, weights_only=True)  # tensors and plain values only
     except Exception as e:
-        raise ConfigError(f"{path} is not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+        reason = (str(e).strip().splitlines() or [""])[0][:120]
+        raise ConfigError(f"{path} is not a readable checkpoint ({type(e).__name__}: {reason})") from None
+    missing = [k for k in CKPT_KEYS if k not in ckpt] if isinstance(ckpt, dict) else list(CKPT_KEYS)
+    if missing:
+        raise ConfigError(f"{path} is not a mixit checkpoint (missing {', '.join(missing)})")
     saved = ckpt["model_args"]
     diffs = [f"{k}={saved.get(k)!r} (this run: {getattr(mconf, k)!r})" for k in ARCH_KEYS if saved.get(k) != getattr(mconf, k)]
-    if ckpt["config"]["task"] != config["task"]:
-        diffs.insert(0, f"task={ckpt['config']['task']!r} (this run: {config['task']!r})")
+    if ckpt["config"].get("task") != config["task"]:
+        diffs.insert(0, f"task={ckpt['config'].get('task')!r} (this run: {config['task']!r})")
     if diffs:
         raise ConfigError(f"{path} holds another model: {'; '.join(diffs)}")
     changed = [f"{k}: {ckpt['config'][k]!r} -> {config[k]!r}" for k in config
@@ -316,6 +362,34 @@ def load_checkpoint(path, mconf, config, env):
     return ckpt
 
 
+def restore(ckpt, path, model, optimizer, env):
+    """Model, optimizer and RNG state from a checkpoint; a damaged one is refused in one line."""
+    try:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["rng"]["torch"].cpu())
+        if "cuda" in ckpt["rng"] and env.device_type == "cuda":
+            torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["rng"]["cuda"]])
+    except (KeyError, RuntimeError, ValueError, TypeError) as e:
+        raise ConfigError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+    return {"iter_num": int(ckpt["iter_num"]), "loss_sum": float(ckpt.get("loss_sum", 0.0)),
+            "loss_steps": int(ckpt.get("loss_steps", 0))}
+
+
+def check_replicas(model, env):
+    """Under DDP every process must hold rank 0's fixed random parts (mixing matrices, frozen weights)."""
+    if not env.ddp:
+        return
+    digest = hashlib.sha256()
+    fixed = [b for name, b in model.named_buffers() if name.endswith(".mixing")]
+    for t in fixed + [p for p in model.parameters() if not p.requires_grad]:
+        digest.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    mine = [int.from_bytes(digest.digest()[:7], "little")]
+    if env.agree_max(int(env.broadcast_host(mine) != mine)):
+        raise TrainingError(f"rank {env.rank}: the fixed random parts (mixing matrices, frozen weights) differ between "
+                            f"processes; every rank must run the same code with the same seed")
+
+
 def read_history(path, upto):
     if not os.path.isfile(path):
         return []
@@ -323,28 +397,88 @@ def read_history(path, upto):
         return [m for m in map(json.loads, f) if m["iter"] <= upto]
 
 
-def train_run(config, task, env):
+def write_lines(path, lines):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.writelines(lines)
+    os.replace(tmp, path)
+
+
+class Stop:
+    """SIGTERM and Ctrl-C set a flag: the run checkpoints after the current step and exits. A second Ctrl-C
+    stops at once."""
+
+    def __init__(self):
+        self.signum = 0
+        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def handle(self, signum, frame):
+        if self.signum == signal.SIGINT == signum:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def restore(self):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+class Interrupted(Exception):
+    """Stopped by a signal after writing a checkpoint."""
+
+
+class TrainingError(Exception):
+    """A run that cannot go on (a non-finite loss, ranks that disagree): one line, exit status 1."""
+
+
+def train_step(train_model, task, optimizer, scaler, params, config, env, iter_num):
+    """One optimizer step over env.accum micro-batches; returns the mean loss and the gradient norm (tensors)."""
+    step_loss = torch.zeros((), device=env.device)
+    for micro in range(env.accum):  # micro-batch k of the step is the same whatever the process count
+        x, y = task.get_batch("train", config["batch_size"], seed=[config["seed"], iter_num, micro * env.world_size + env.rank])
+        x, y = env.to_device(x, y)
+        if env.ddp:
+            train_model.require_backward_grad_sync = micro == env.accum - 1
+        with env.autocast():
+            _, loss = train_model(x, y)
+        scaler.scale(loss / env.accum).backward()
+        step_loss += loss.detach() / env.accum
+    norm = torch.zeros((), device=env.device)
+    if config["grad_clip"]:
+        scaler.unscale_(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(params, config["grad_clip"])
+        if scaler.is_enabled():  # float16: overflowing steps are skipped by the scaler, not errors
+            norm = torch.zeros((), device=env.device)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return step_loss, norm
+
+
+def check_finite(first_bad, env, ckpt_path):
+    """Stop, without writing a checkpoint, if a step had a non-finite loss or gradient norm."""
+    step = env.agree_max(int(first_bad.item()))
+    if step >= 0:
+        kept = f"the last good checkpoint {ckpt_path} is untouched" if os.path.isfile(ckpt_path) else "no checkpoint written"
+        raise TrainingError(f"non-finite loss or gradient norm at iter {step}; stopped, {kept}")
+
+
+def train_run(config, task, env, stop):
     """Train one (task, attn, freeze, seed) run into config['out_dir']; return its eval history."""
     out = config["out_dir"]
     ckpt_path, metrics_path = os.path.join(out, "ckpt.pt"), os.path.join(out, "metrics.jsonl")
     mconf = model_config(config, task)
     model = MixiT(mconf).to(env.device)  # the uncompiled model: evaluated and saved
+    check_replicas(model, env)
     betas = (config["beta1"], config["beta2"])
     optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"], betas, env.device_type)
-    iter_num, history = 0, []
+    state, history = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0}, []
     if config["init_from"] == "resume" and (os.path.isfile(ckpt_path) or not config.get("fresh_if_missing")):
-        ckpt = load_checkpoint(ckpt_path, mconf, config, env)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        torch.set_rng_state(ckpt["rng"]["torch"].cpu())
-        if "cuda" in ckpt["rng"] and env.device_type == "cuda":
-            torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["rng"]["cuda"]])
-        iter_num, history = ckpt["iter_num"], read_history(metrics_path, ckpt["iter_num"])
-        env.print(f"resumed {ckpt_path} at iter {iter_num}")
+        state = restore(load_checkpoint(ckpt_path, mconf, config, env), ckpt_path, model, optimizer, env)
+        history = read_history(metrics_path, state["iter_num"])
+        env.print(f"resumed {ckpt_path} at iter {state['iter_num']}")
     if env.master:
         os.makedirs(out, exist_ok=True)
-        with open(metrics_path, "w") as f:  # drop evals made after the checkpoint
-            f.writelines(json.dumps(m) + "\n" for m in history)
+        write_lines(metrics_path, [json.dumps(m) + "\n" for m in history])  # drop evals made after the checkpoint
     n_params, n_train = model.get_num_params(), model.get_num_params(trainable=True)
     env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] {n_params / 1e6:.2f}M non-embedding "
               f"parameters, {n_train / 1e6:.2f}M trainable; out_dir {out}")
@@ -354,55 +488,59 @@ def train_run(config, task, env):
         train_model = DDP(train_model, device_ids=[env.local_rank] if env.device_type == "cuda" else None)
     scaler = torch.amp.GradScaler(env.device_type, enabled=env.dtype == torch.float16)
     params = [p for p in model.parameters() if p.requires_grad]
-    max_iters, bs = config["max_iters"], config["batch_size"]
-    tokens_per_iter = bs * mconf.block_size * config["gradient_accumulation_steps"]
+    iter_num, max_iters = state["iter_num"], config["max_iters"]
+    tokens_per_iter = config["batch_size"] * mconf.block_size * config["gradient_accumulation_steps"]
     peak = peak_flops(env.device, env.dtype)
-    loss_sum, loss_steps = torch.zeros((), device=env.device), 0
+    loss_sum, loss_steps = torch.tensor(state["loss_sum"], device=env.device), state["loss_steps"]
+    step_t = torch.tensor(iter_num, device=env.device)  # the step counter on the device: no sync to track it
+    first_bad = torch.tensor(-1, device=env.device)  # the first step with a non-finite loss or gradient norm
+    snapshot = lambda: {"iter_num": iter_num, "loss_sum": env.all_reduce(loss_sum.clone()).item() / env.world_size,
+                        "loss_steps": loss_steps}
     t_start = t_log = time.time()
     log_iters = 0
     while iter_num < max_iters:
+        signum = env.agree_max(stop.signum)
+        if signum:
+            check_finite(first_bad, env, ckpt_path)
+            state = snapshot()
+            if env.master:
+                save_checkpoint(ckpt_path, model, optimizer, mconf, config, state)
+            env.print(f"stopped by {signal.Signals(signum).name} at iter {iter_num}: wrote {ckpt_path}; "
+                      f"continue with --init_from=resume")
+            raise Interrupted(signum)
         lr = get_lr(iter_num, config)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        for micro in range(env.accum):  # micro-batch k of the step is the same whatever the process count
-            x, y = task.get_batch("train", bs, seed=[config["seed"], iter_num, micro * env.world_size + env.rank])
-            x, y = env.to_device(x, y)
-            if env.ddp:
-                train_model.require_backward_grad_sync = micro == env.accum - 1
-            with env.autocast():
-                _, loss = train_model(x, y)
-            scaler.scale(loss / env.accum).backward()
-            loss_sum += loss.detach() / env.accum
-        if config["grad_clip"]:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(params, config["grad_clip"])
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        loss, norm = train_step(train_model, task, optimizer, scaler, params, config, env, iter_num)
+        step_t += 1
+        first_bad = torch.where((first_bad < 0) & ~(loss.isfinite() & norm.isfinite()), step_t, first_bad)
+        loss_sum += loss
         iter_num += 1
         loss_steps += 1
         log_iters += 1
 
         if iter_num % config["log_interval"] == 0 or iter_num == max_iters:
-            lossf = loss.item()  # the one host sync of a logging step
+            check_finite(first_bad, env, ckpt_path)  # the one host sync of a logging step
             dt = (time.time() - t_log) / log_iters
             mfu = model.estimate_mfu(tokens_per_iter, dt, peak)
-            env.print(f"iter {iter_num}/{max_iters}: loss {lossf:.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms/iter, "
+            env.print(f"iter {iter_num}/{max_iters}: loss {loss.item():.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms/iter, "
                       f"{tokens_per_iter / dt:,.0f} tok/s, mfu {'n/a' if mfu is None else f'{mfu * 100:.1f}%'}, "
                       f"eta {format_time((max_iters - iter_num) * dt)}")
             t_log, log_iters = time.time(), 0
 
         if iter_num % config["eval_interval"] == 0 or iter_num == max_iters:
+            check_finite(first_bad, env, ckpt_path)  # never checkpoint a poisoned model
             train_loss = env.all_reduce(loss_sum.clone()).item() / loss_steps / env.world_size
             loss_sum.zero_()
             loss_steps = 0
             metrics = {"iter": iter_num, "train_loss": train_loss, **eval_metrics(model, task, config, env),
                        "lr": lr, "tokens": iter_num * tokens_per_iter, "time": round(time.time() - t_start, 2)}
             history.append(metrics)
+            state = snapshot()
             if env.master:
                 with open(metrics_path, "a") as f:
                     f.write(json.dumps(metrics) + "\n")
-                save_checkpoint(ckpt_path, model, optimizer, mconf, config, iter_num)
+                save_checkpoint(ckpt_path, model, optimizer, mconf, config, state)
             env.print("eval " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                           for k, v in metrics.items() if k not in ("lr", "tokens", "time")))
             t_log, log_iters = time.time(), 0
@@ -465,34 +603,45 @@ def markdown_table(table):
     return "\n".join(lines)
 
 
+PANELS = {"val_acc": ("accuracy on the evaluation split", "accuracy (fraction of answers)", (-0.02, 1.02)),
+          "val_loss": ("evaluation loss", "cross-entropy (nats)", None),
+          "induction_score": ("best head's induction score", "prefix-matching attention", (-0.02, 1.02))}
+
+
 def plot_comparison(runs, histories, path):
-    """Accuracy and validation loss against steps, one colour per variant (mean over seeds, ± std band)."""
+    """Accuracy, validation loss (and the induction score where measured) against steps, one colour per
+    variant, mean over seeds with a ± std band."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     tasks = list(dict.fromkeys(run["task"] for run in runs))
-    fig, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.6 * len(tasks)), squeeze=False)
+    ncols = 3 if any("induction_score" in h[-1] for h in histories) else 2
+    fig, axes = plt.subplots(len(tasks), ncols, figsize=(5.5 * ncols, 3.6 * len(tasks)), squeeze=False)
     styles = {"": "-", "mlp": "--", "blocks": ":"}
     for row, task_name in zip(axes, tasks):
         curves = {}
         for run, history in zip(runs, histories):
             if run["task"] == task_name:
                 curves.setdefault((run["attn"], run["freeze"]), []).append(history)
+        keys = [k for k in PANELS if k in curves[next(iter(curves))][0][-1]]
         for (attn_name, frz), hs in curves.items():
             steps = [m["iter"] for m in hs[0]]
-            for ax, key in zip(row, ("val_acc", "val_loss")):
+            for ax, key in zip(row, keys):
                 values = np.array([[m[key] for m in h[:len(steps)]] for h in hs])
                 mean, std = values.mean(0), values.std(0)
                 label = attn_name + (f" freeze={frz}" if frz else "")
                 ax.plot(steps, mean, styles[frz], color=COLORS[attn_name], label=label)
                 if len(hs) > 1:
                     ax.fill_between(steps, mean - std, mean + std, color=COLORS[attn_name], alpha=0.2)
-        row[0].set(title=f"{task_name}: accuracy on the evaluation split", xlabel="optimizer step",
-                   ylabel="accuracy (fraction of answers)", ylim=(-0.02, 1.02))
-        row[1].set(title=f"{task_name}: evaluation loss", xlabel="optimizer step", ylabel="cross-entropy (nats)")
-        for ax in row:
+        for ax, key in zip(row, keys):
+            title, ylabel, ylim = PANELS[key]
+            ax.set(title=f"{task_name}: {title}", xlabel="optimizer step", ylabel=ylabel)
+            if ylim:
+                ax.set_ylim(*ylim)
             ax.grid(alpha=0.3)
             ax.legend()
+        for ax in row[len(keys):]:
+            ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -529,6 +678,14 @@ def build_tasks(runs):
     return tasks
 
 
+def check_writable(out_dir):
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        tempfile.TemporaryFile(dir=out_dir).close()
+    except OSError as e:
+        raise ConfigError(f"out_dir={out_dir} is not writable ({e.strerror}); choose another --out_dir") from None
+
+
 def main(argv):
     config = parse_config(argv)
     runs = plan_runs(config)
@@ -537,22 +694,31 @@ def main(argv):
     if env.device_type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    stop = Stop()
     try:
-        histories = [train_run(run, tasks[run["task"]], env) for run in runs]
+        check_writable(config["out_dir"])
+        histories = [train_run(run, tasks[run["task"]], env, stop) for run in runs]
         if len(runs) > 1:
             report(runs, histories, config["out_dir"], env)
     finally:
+        stop.restore()
         if env.ddp:
             dist.destroy_process_group()
 
 
 def cli(argv):
-    """Run main; bad input ends in one line on stderr and exit status 2, never a traceback."""
+    """Run main: bad input ends in one line on stderr and exit status 2, a run that cannot go on in one line and
+    status 1, a SIGTERM or Ctrl-C (after its checkpoint) in 128 + the signal number; never a traceback."""
     try:
         main(argv)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except TrainingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except Interrupted as e:
+        return 128 + e.args[0]
     return 0
 
 

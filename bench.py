@@ -1,0 +1,329 @@
+"""
+Speed of the three variants: training steps, the task generator and cached generation.
+
+  python bench.py                               # preset algo: 2 layers, width 128, T=32, batch 256, vocab 64
+  python bench.py --preset=lm                   # small LM: 4 layers, width 256, T=256, batch 8, vocab 4096
+  python bench.py --preset=lm --data=wikitext2  # real tokens from data/wikitext2/train.bin (python data.py wikitext2)
+  python bench.py --sweep=block_size            # tok/s as the context grows, at a fixed number of tokens per step
+  python bench.py --sweep=n_embd                # ... as the width grows; both write bench_<sweep>.png
+  python bench.py --device=cuda --preset=paper  # bf16 autocast, torch.compile, fused AdamW
+
+A training step is forward, backward, gradient clipping and an AdamW step, as in train.py. MFU counts
+the FLOPs each variant really computes (MixiT.flops_per_token) against the device's peak: a datasheet
+table for GPUs, a large matmul measured on the spot for CPUs. Time alone: on a shared CPU, run it under
+flock /tmp/mixit_cpu.lock python bench.py
+"""
+import ast
+import os
+import resource
+import sys
+import time
+from contextlib import nullcontext
+
+import torch
+
+from data import CORPUS_TASKS, make_task
+from mixit import ATTNS, COLORS, MixiT, MixiTConfig, peak_flops
+
+# -----------------------------------------------------------------------------
+preset = ""  # '' (the values below) | algo | lm | paper; options given on the command line win
+attn = "all"  # softmax | frozen_qk | mixing, a comma list, or all
+n_layer = 2
+n_head = 4
+n_embd = 128
+block_size = 32
+batch_size = 256
+vocab_size = 64  # random tokens; a corpus brings its own
+data = "random"  # random tokens, or a corpus prepared in data_dir (wikitext2, tinyshakespeare, ...)
+data_dir = "data"
+device = "auto"  # auto (cuda if available), cpu, cuda, cuda:N
+dtype = "auto"  # auto (bfloat16 on CUDA, else float32), float32, bfloat16
+compile = "auto"  # auto (on for CUDA), True, False
+threads = 0  # CPU threads (torch.set_num_threads); 0 keeps torch's choice
+warmup_iters = 3
+iters = 10  # timed steps per repeat
+repeats = 3  # the best repeat is reported
+sweep = ""  # '' | block_size | n_embd
+tasks = "addition_10,dyck_30,retrieval_30,induction_16"  # task generators to time ('' skips)
+gen_block_size = 256  # generation with and without the KV cache: a prompt of gen_block_size - gen_new_tokens
+gen_new_tokens = 200  # tokens, then gen_new_tokens sampled ones (0 skips)
+# -----------------------------------------------------------------------------
+DEFAULTS = {k: v for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, str, bool))}
+PRESETS = {
+    "algo": dict(n_layer=2, n_head=4, n_embd=128, block_size=32, batch_size=256, vocab_size=64),
+    "lm": dict(n_layer=4, n_head=4, n_embd=256, block_size=256, batch_size=8, vocab_size=4096),
+    "paper": dict(n_layer=12, n_head=8, n_embd=512, block_size=256, batch_size=64, vocab_size=50304),
+}
+CHOICES = {"preset": ("", *PRESETS), "dtype": ("auto", "float32", "bfloat16"), "compile": ("auto", True, False),
+           "sweep": ("", "block_size", "n_embd"), "data": ("random", *CORPUS_TASKS)}
+SWEEPS = {("block_size", "cpu"): (64, 128, 256, 512), ("block_size", "cuda"): (128, 256, 512, 1024, 2048),
+          ("n_embd", "cpu"): (64, 128, 256, 512), ("n_embd", "cuda"): (256, 512, 1024, 2048)}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+class ConfigError(Exception):
+    """Bad input: one line on stderr, exit status 2."""
+
+
+def parse_config(argv):
+    """Defaults, then the preset, then the --key=value overrides (Python literals of the default's type)."""
+    given = {}
+    for arg in argv:
+        key, eq, text = arg.removeprefix("--").partition("=")
+        if not arg.startswith("--") or key not in DEFAULTS:
+            raise ConfigError(f"unknown option {arg!r}; valid: {', '.join('--' + k for k in DEFAULTS)}")
+        default = DEFAULTS[key]
+        if not eq:
+            raise ConfigError(f"--{key} needs a value: --{key}=...")
+        if isinstance(default, str) and not (key in CHOICES and text in ("True", "False")):
+            value = text
+        else:
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                value = text
+        if key in CHOICES and value not in CHOICES[key]:
+            raise ConfigError(f"--{key}={text}; valid: {', '.join(map(str, CHOICES[key]))}")
+        if key not in CHOICES and type(value) is not type(default):
+            raise ConfigError(f"--{key}={text}: expected a {type(default).__name__}, like --{key}={default!r}")
+        given[key] = value
+    config = {**DEFAULTS, **PRESETS.get(given.get("preset", ""), {}), **given}
+    config["attn"] = list(ATTNS) if config["attn"] == "all" else config["attn"].split(",")
+    for name in config["attn"]:
+        if name not in ATTNS:
+            raise ConfigError(f"unknown attn {name!r}; valid: {', '.join(ATTNS)}, all")
+    for key in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "vocab_size", "iters", "repeats"):
+        if config[key] <= 0:
+            raise ConfigError(f"--{key}={config[key]} must be positive")
+    if config["gen_new_tokens"] >= config["gen_block_size"]:
+        raise ConfigError(f"gen_new_tokens={config['gen_new_tokens']} must be below gen_block_size")
+    return config
+
+
+class Env:
+    def __init__(self, config):
+        name = config["device"]
+        self.device = torch.device("cuda" if name == "auto" and torch.cuda.is_available() else
+                                   "cpu" if name == "auto" else name)
+        self.cuda = self.device.type == "cuda"
+        if self.device.type not in ("cpu", "cuda") or (self.cuda and not torch.cuda.is_available()):
+            raise ConfigError(f"device {name!r} is not available here; valid: auto, cpu"
+                              + (", cuda" if torch.cuda.is_available() else ""))
+        self.dtype = DTYPES[config["dtype"] if config["dtype"] != "auto" else "bfloat16" if self.cuda else "float32"]
+        self.compile = config["compile"] if config["compile"] != "auto" else self.cuda
+        if config["threads"]:
+            torch.set_num_threads(config["threads"])
+        if self.cuda:
+            torch.cuda.set_device(self.device)
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        self.peak = peak_flops(self.device, self.dtype)
+
+    def autocast(self):
+        return nullcontext() if self.dtype == torch.float32 else torch.autocast(self.device.type, self.dtype)
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def best_time(self, fn, n, repeats, warmup=0):
+        """Seconds per call of fn, the best mean of `repeats` runs of n calls."""
+        for _ in range(warmup):
+            fn()
+        best = float("inf")
+        for _ in range(repeats):
+            self.sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            self.sync()
+            best = min(best, (time.perf_counter() - t0) / n)
+        return best
+
+    def reset_memory(self):
+        """Start a peak-memory window: CUDA allocator statistics, or the process's peak RSS on CPU."""
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+            return torch.cuda.memory_allocated()
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # Linux: reset the peak RSS (VmHWM) to the current RSS
+        except OSError:
+            pass  # elsewhere the window starts at the process's earlier peak
+        return rss_peak()
+
+    def peak_memory(self, start):
+        return (torch.cuda.max_memory_allocated() if self.cuda else rss_peak()) - start
+
+
+def rss_peak():
+    """The process's peak resident set size in bytes."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+def make_model(config, env, attn_name, task=None, **overrides):
+    fields = {k: config[k] for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")}
+    if task is not None:
+        fields.update(vocab_size=task.vocab_size, block_size=task.block_size, causal=task.causal,
+                      n_classes=task.n_classes, pad_id=task.pad_id)
+    return MixiT(MixiTConfig(**{**fields, **overrides}, attn=attn_name)).to(env.device)
+
+
+def bench_train(config, env, attn_name, task=None):
+    """Time training steps of one variant; returns its row of the table."""
+    mem0 = env.reset_memory()
+    model = make_model(config, env, attn_name, task)
+    B, T, V = config["batch_size"], model.config.block_size, model.config.vocab_size
+    optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), env.device.type)  # fused AdamW on CUDA
+    train_model = torch.compile(model) if env.compile else model
+    params = [p for p in model.parameters() if p.requires_grad]
+    batches = iter(range(sys.maxsize))
+
+    def get_batch():
+        if task is None:  # random tokens, drawn on the device: no host transfer
+            seq = torch.randint(V, (B, T + 1), device=env.device)
+            return seq[:, :-1], seq[:, 1:]
+        x, y = task.get_batch("train", B, seed=[0, next(batches)])
+        if env.cuda:
+            return x.pin_memory().to(env.device, non_blocking=True), y.pin_memory().to(env.device, non_blocking=True)
+        return x, y
+
+    def forward_backward():
+        x, y = get_batch()
+        with env.autocast():
+            _, loss = train_model(x, y)
+        loss.backward()  # never read back: no host-device sync per step
+
+    def step():
+        forward_backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    dt = env.best_time(step, config["iters"], config["repeats"], warmup=config["warmup_iters"])
+    forward_backward()  # once more, to count the gradients it leaves
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    assert all(p.grad is None and p not in optimizer.state for p in frozen), "a frozen parameter carries state"
+    state = sum(t.nbytes for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))
+    grads = sum(p.grad.nbytes for p in params if p.grad is not None)
+    flops = model.flops_per_token(T) * B * T / dt
+    return {"attn": attn_name, "T": T, "B": B, "C": model.config.n_embd, "ms": dt * 1e3, "tok/s": B * T / dt,
+            "GFLOP/s": flops / 1e9, "mfu": flops / env.peak if env.peak else None,
+            "mem": env.peak_memory(mem0), "state": state, "grads": grads, "frozen": sum(p.numel() for p in frozen)}
+
+
+def print_train(rows):
+    mib = lambda n: f"{n / 2 ** 20:9.2f}"
+    print(f"{'variant':<10} {'ms/iter':>9} {'tok/s':>11} {'GFLOP/s':>8} {'MFU':>6} {'peak MiB':>9} "
+          f"{'Adam MiB':>9} {'grad MiB':>9} {'frozen':>9}")
+    for r in rows:
+        mfu = "n/a" if r["mfu"] is None else f"{r['mfu'] * 100:5.1f}%"
+        print(f"{r['attn']:<10} {r['ms']:9.2f} {r['tok/s']:11,.0f} {r['GFLOP/s']:8.1f} {mfu:>6} {mib(r['mem'])} "
+              f"{mib(r['state'])} {mib(r['grads'])} {r['frozen']:9,d}")
+    print("frozen parameters carry no gradient and no optimizer state (checked)")
+
+
+def run_sweep(config, env, task_for):
+    """Tokens/s of every variant as block_size or n_embd grows; block_size keeps the tokens per step fixed."""
+    key, tokens = config["sweep"], config["batch_size"] * config["block_size"]
+    values = SWEEPS[key, env.device.type]
+    table = {a: [] for a in config["attn"]}
+    for v in values:
+        point = {**config, key: v, **({"batch_size": max(1, tokens // v)} if key == "block_size" else {})}
+        for a in config["attn"]:
+            table[a].append(bench_train(point, env, a, task_for(point["block_size"])))
+    print(f"\n{key} sweep ({tokens:,} tokens per step{' over batch x T' if key == 'block_size' else ''}): tok/s, MFU")
+    print(f"{key:>10} " + " ".join(f"{a:>20}" for a in table))
+    for i, v in enumerate(values):
+        cells = [f"{table[a][i]['tok/s']:11,.0f} {table[a][i]['mfu'] * 100 if env.peak else 0:6.1f}%" for a in table]
+        print(f"{v:>10} " + " ".join(f"{c:>20}" for c in cells))
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for a, rows in table.items():
+        ax.plot(values, [r["tok/s"] for r in rows], "o-", color=COLORS[a], label=a)
+    label = "context length T (tokens)" if key == "block_size" else "model width n_embd (channels)"
+    ax.set(xscale="log", yscale="log", xlabel=label, ylabel="training throughput (tokens/s)",
+           title=f"training speed on {env.device.type}, {str(env.dtype).removeprefix('torch.')}")
+    ax.set_xticks(values, [str(v) for v in values])
+    ax.minorticks_off()
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = f"bench_{key}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def bench_tasks(config, env):
+    """Training batches per second of each task generator, against the cheapest step it feeds (mixing)."""
+    print(f"\n{'task':<14} {'T':>4} {'batches/s':>10} {'step ms':>8} {'ratio':>7}   (batch {config['batch_size']})")
+    for name in config["tasks"].split(","):
+        task = make_task(name)
+        seeds = iter(range(sys.maxsize))
+        dt = env.best_time(lambda: task.get_batch("train", config["batch_size"], seed=[0, next(seeds)]),
+                           config["iters"], config["repeats"], warmup=1)
+        step = bench_train({**config, "iters": max(2, config["iters"] // 2)}, env, "mixing", task)["ms"] / 1e3
+        print(f"{name:<14} {task.block_size:>4} {1 / dt:10.1f} {step * 1e3:8.2f} {step / dt:6.1f}x")
+
+
+def bench_generate(config, env):
+    """Tokens/s of model.generate with and without the KV cache (values only for MixiT), batch 1."""
+    T, new = config["gen_block_size"], config["gen_new_tokens"]
+    print(f"\ngenerate {new} tokens after a {T - new}-token prompt, block_size {T}, batch 1")
+    print(f"{'variant':<10} {'cached tok/s':>13} {'uncached tok/s':>15} {'speedup':>8}")
+    for a in config["attn"]:
+        model = make_model(config, env, a, block_size=T).eval()
+        prompt = torch.randint(model.config.vocab_size, (1, T - new), device=env.device)
+        speed = []
+        for use_cache in (True, False):
+            with env.autocast():
+                dt = env.best_time(lambda: model.generate(prompt, new, top_k=1, use_cache=use_cache), 1,
+                                   config["repeats"], warmup=1)
+            speed.append(new / dt)
+        print(f"{a:<10} {speed[0]:13,.0f} {speed[1]:15,.0f} {speed[0] / speed[1]:7.1f}x")
+
+
+def main(argv):
+    config = parse_config(argv)
+    env = Env(config)
+
+    def task_for(T):
+        try:
+            return None if config["data"] == "random" else make_task(config["data"], T, config["data_dir"])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+    peak = "unknown" if env.peak is None else f"{env.peak / 1e9:,.1f} GFLOP/s"
+    print(f"{env.device} {str(env.dtype).removeprefix('torch.')}, compile {env.compile}, "
+          f"{torch.get_num_threads()} CPU threads, peak {peak}; data {config['data']}")
+    if config["sweep"]:
+        return run_sweep(config, env, task_for)
+    task = task_for(config["block_size"])
+    rows = [bench_train(config, env, a, task) for a in config["attn"]]
+    r = rows[0]
+    print(f"\n{config['n_layer']} layers, width {r['C']}, {config['n_head']} heads, T={r['T']}, batch {r['B']}, "
+          f"vocab {task.vocab_size if task else config['vocab_size']}: training steps")
+    print_train(rows)
+    if config["tasks"]:
+        bench_tasks(config, env)
+    if config["gen_new_tokens"]:
+        bench_generate(config, env)
+
+
+def cli(argv):
+    try:
+        main(argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli(sys.argv[1:]))
