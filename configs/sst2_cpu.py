@@ -1,0 +1,19 @@
+# SST-2 sentiment classification on a small CPU: every variant at one small size, under 5 minutes each on
+# 2 cores. The model reads the whole sentence (non-causal) and mean-pools its real tokens.
+#   python data.py sst2 --src=../shared/data/sst2 --bpe_dir=../shared/data/gpt2_bpe   # once (train + dev)
+#   python train.py configs/sst2_cpu.py --attn=all --out_dir=out/sst2_cpu
+# val_acc is the accuracy on the whole GLUE dev split (872 sentences, 50.9% positive).
+task = "sst2"
+n_layer = 4
+n_embd = 128
+n_head = 4
+block_size = 64  # the longest SST-2 sentence is 64 GPT-2 tokens
+batch_size = 64
+max_iters = 600
+eval_interval = 100
+log_interval = 100
+learning_rate = 1e-3
+min_lr = 1e-4
+warmup_iters = 30
+weight_decay = 0.01
+device = "cpu"
