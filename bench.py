@@ -85,7 +85,7 @@ def parse_config(argv):
         if key in CHOICES and value not in CHOICES[key]:
             raise ConfigError(f"--{key}={text}; valid: {', '.join(map(str, CHOICES[key]))}")
         if key not in CHOICES and type(value) is not type(default):
-            raise ConfigError(f"--{key}={text}: expected a {type(default).__name__}, like --{key}={default!r}")
+            raise ConfigError(f"--{key}={text}: expected {type(default).__name__}, like --{key}={default!r}")
         given[key] = value
     config = {**DEFAULTS, **PRESETS.get(given.get("preset", ""), {}), **given}
     config["attn"] = list(ATTNS) if config["attn"] == "all" else config["attn"].split(",")

@@ -497,7 +497,8 @@ def make_task(name, block_size=0, data_dir="data", eval_iters=20, eval_split="va
 def read_meta(folder, name):
     path = os.path.join(folder, "meta.json")
     if not os.path.isfile(path):
-        raise ValueError(f"{folder} is not prepared: run `python data.py {name}` (offline: add --src=PATH)")
+        raise ValueError(f"{folder} is not prepared: run `python data.py {name}` "
+                         f"(offline: add --src=PATH --bpe_dir=DIR)")
     try:
         with open(path) as f:
             return json.load(f)

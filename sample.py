@@ -99,7 +99,8 @@ def load_model(out, dev):
         model.load_state_dict(ckpt["model"])
         config = dict(ckpt["config"])
     except Exception as e:
-        raise ConfigError(f"{path} is not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+        why = str(e).partition("\n")[0][:120]
+        raise ConfigError(f"{path} is not a readable checkpoint ({type(e).__name__}: {why})") from None
     return model.to(dev).eval(), config
 
 
@@ -124,7 +125,7 @@ def repeated_tokens(config, n_seqs, seg_len=None, seed=0, device=None):
     """(n_seqs, 2*seg_len): a segment of distinct random tokens (never pad_id), then its exact repeat."""
     vocab = config.vocab_size - (0 <= config.pad_id < config.vocab_size)
     seg_len = seg_len or min(config.block_size // 2, 32, vocab)
-    if not 2 <= seg_len <= min(config.block_size // 2, vocab):
+    if not 1 <= seg_len <= min(config.block_size // 2, vocab):
         raise ValueError(f"seg_len={seg_len}: two copies must fit block_size={config.block_size} and "
                          f"the tokens must be distinct")
     noise = torch.rand(n_seqs, config.vocab_size, generator=torch.Generator().manual_seed(seed))  # (n, V)
@@ -155,7 +156,8 @@ def induction_scores(model, n_seqs=64, seg_len=None, seed=0, device=None):
 
 @analysis
 def icl_score(model, n_seqs=64, seg_len=None, seed=0, device=None):
-    """In-context learning: mean loss on the repeated half minus on the first (negative: the context helps)."""
+    """In-context learning: mean loss on the repeated half minus on the first (negative: the context helps;
+    nan for segments of one token, which leave nothing to predict)."""
     if model.config.n_classes:
         raise ValueError("icl_score needs a language model, not a classifier")
     idx = repeated_tokens(model.config, n_seqs, seg_len, seed, _device_of(model, device))  # (n, 2s)
@@ -268,7 +270,7 @@ def show_answers(model, task, config, dev):
         print(task.show(xi, yi, pred))
         hits = (pred[scored] == yi[scored]).sum()
         right, total, exact = right + hits, total + len(scored), exact + (hits == len(scored))
-    print(f"greedy decoding from each prompt: {right}/{total} answer tokens right ({right / total:.1%}), "
+    print(f"greedy decoding from each prompt: {right}/{total} answer tokens right ({right / max(total, 1):.1%}), "
           f"{exact}/{len(x)} examples entirely right")
 
 
@@ -310,7 +312,7 @@ def show_classes(model, task, tok, meta, config, dev):
     probs = F.softmax(model(x.to(dev))[0].float(), -1).cpu()  # (n, n_classes)
     for xi, yi, p in zip(x, y, probs):
         text = tok.decode(xi.tolist()).replace("\n", " ")
-        print(f"{text[:70]!r:74} truth: {labels[int(yi)]:>9}   model: {labels[int(p.argmax())]:>9} (p={p.max():.2f})")
+        print(f"{text[:60]!r:<64} truth: {labels[int(yi)]:>9}   model: {labels[int(p.argmax())]:>9} (p={p.max():.2f})")
     print(f"accuracy: {(probs.argmax(-1) == y).float().mean():.1%} over {len(y)} examples")
 
 

@@ -127,7 +127,8 @@ def test_prepared_bins_decode_to_their_source(tmp_path):
     for tokenizer in tokenizers:
         folder, meta = data.prepare("text", src=str(tmp_path / "src"), tokenizer=tokenizer, bpe_dir=BPE_DIR,
                                     out_dir=str(tmp_path / "data"), name=f"mine-{tokenizer}")
-        stream = np.concatenate([np.fromfile(os.path.join(folder, f"{s}.bin"), dtype=np.uint16) for s in ("train", "val")])
+        bins = [os.path.join(folder, f"{split}.bin") for split in ("train", "val")]
+        stream = np.concatenate([np.fromfile(path, dtype=np.uint16) for path in bins])
         tok = data.Tokenizer(tokenizer, BPE_DIR)
         assert len(stream) == sum(meta["tokens"].values()) and meta["tokens"]["train"] == int(0.9 * len(stream))
         documents = np.split(stream, np.flatnonzero(stream == tok.eot) + 1)[:-1]  # each ends in its EOT
@@ -157,12 +158,13 @@ def test_fetch_downloads_and_opens_the_archive(tmp_path):
     with zipfile.ZipFile(tmp_path / "wikitext-2-v1.zip", "w") as z:
         for s, text in texts.items():
             z.writestr(f"wikitext-2/wiki.{s}.tokens", text)
-    url = (tmp_path / "wikitext-2-v1.zip").as_uri()
-    spec = dict(data.SOURCES["wikitext2"], url=url, md5=hashlib.md5((tmp_path / "wikitext-2-v1.zip").read_bytes()).hexdigest())
-    files, origin = data.fetch("wikitext2", spec, None, str(tmp_path / "data" / "wikitext2"))
+    archive, folder = tmp_path / "wikitext-2-v1.zip", str(tmp_path / "data" / "wikitext2")
+    url = archive.as_uri()
+    spec = dict(data.SOURCES["wikitext2"], url=url, md5=hashlib.md5(archive.read_bytes()).hexdigest())
+    files, origin = data.fetch("wikitext2", spec, None, folder)
     assert origin == url and {r: blob.decode() for r, (_, blob) in files.items()} == texts
     assert os.listdir(tmp_path / "data" / "wikitext2" / "raw") == ["wikitext-2-v1.zip"]
-    files, origin = data.fetch("wikitext2", dict(spec, url="file:///nowhere"), None, str(tmp_path / "data" / "wikitext2"))
+    files, origin = data.fetch("wikitext2", dict(spec, url="file:///nowhere"), None, folder)
     assert origin.endswith("raw") and len(files) == 3  # the copy in raw/ is used, nothing downloaded
 
 
@@ -233,7 +235,7 @@ def test_wikitext2_layout_and_splits(wikitext2):
 
 def test_short_wikitext2_run_lowers_validation_loss(wikitext2, tmp_path):
     assert run_train(tmp_path, "--task=wikitext2", f"--data_dir={wikitext2}", "--attn=softmax", "--n_layer=1",
-                     "--n_embd=32", "--n_head=2", "--block_size=32", "--batch_size=8", "--max_iters=150",
+                     "--n_embd=32", "--n_head=2", "--block_size=16", "--batch_size=8", "--max_iters=100",
                      "--eval_interval=50", "--eval_iters=4", "--learning_rate=1e-2", "--warmup_iters=10") == 0
     metrics = read_metrics(tmp_path)
     assert metrics[-1]["val_loss"] < min(metrics[0]["val_loss"], np.log(50257) - 3), metrics
@@ -262,13 +264,14 @@ def test_short_sst2_run_beats_chance(sst2, tmp_path):
 # ----------------------------------------------------------------------------- presets
 
 
-@pytest.mark.parametrize("name, vocab, n_classes", [("lm_cpu", 50257, 0), ("lm_paper", 50257, 0),
-                                                    ("sst2_cpu", 50257, 2), ("yelp_paper", 50257, 2)])
-def test_presets_parse_and_build_a_valid_model(name, vocab, n_classes):
+@pytest.mark.parametrize("name", ["lm_cpu", "lm_paper", "sst2_cpu", "yelp_paper"])
+def test_presets_parse_and_build_a_valid_model(name):
     config = train.parse_config([os.path.join(HERE, "configs", f"{name}.py")])
     assert config["task"] in data.CORPUS_TASKS
-    task = types.SimpleNamespace(name=config["task"], vocab_size=data.padded_vocab(vocab), block_size=config["block_size"],
-                                 causal=not n_classes, n_classes=n_classes, pad_id=50256 if n_classes else -1)
+    n_classes = 2 if config["task"] in ("sst2", "yelp_polarity") else 0
+    task = types.SimpleNamespace(name=config["task"], vocab_size=data.padded_vocab(50257), causal=not n_classes,
+                                 block_size=config["block_size"], n_classes=n_classes, pad_id=50256 if n_classes else -1)
     for attn in ("softmax", "frozen_qk", "mixing"):
         train.model_config(dict(config, attn=attn), task)
-    assert config["gradient_accumulation_steps"] % (8 if name == "lm_paper" else 1) == 0
+    if name.endswith("_paper"):  # one step is the same for 1, 2 (and 4, 8) processes
+        assert config["gradient_accumulation_steps"] % 2 == 0
