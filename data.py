@@ -29,6 +29,7 @@ import io
 import json
 import os
 import re
+import shutil
 import sys
 import tarfile
 import threading
@@ -801,25 +802,38 @@ def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", m
         raise ValueError(f"--src={src} does not exist")
     tok = Tokenizer(tokenizer, bpe_dir)
     if dataset == "text":
-        files, origin = {name: (name, blob) for name, blob in read_documents(src).items()}, src
+        files, origin = {path: (path, blob) for path, blob in read_documents(src).items()}, src
     else:
         files, origin = fetch(dataset, spec, src, folder)
+    made = missing_dirs(folder)
     os.makedirs(folder, exist_ok=True)
     if os.path.exists(os.path.join(folder, "meta.json")):
         os.remove(os.path.join(folder, "meta.json"))  # a folder being rewritten is not prepared
+    sources = {spec["splits"].get(role, role): {"file": file, "sha256": hashlib.sha256(blob).hexdigest()}
+               for role, (file, blob) in files.items()}  # by split: train, val, test, or stream (text: by file)
     meta = {"dataset": dataset, "kind": spec["kind"], "tokenizer": tok.name, "vocab_size": tok.n_vocab,
-            "eot": tok.eot, "source": origin,
-            "source_files": {spec["splits"].get(role, role): {"file": name, "sha256": hashlib.sha256(blob).hexdigest()}
-                             for role, (name, blob) in files.items()}}
-    if spec["kind"] == "lm":
-        meta["tokens"] = write_lm(tok, spec, files, folder)
-    else:
-        meta.update(max_len=max_len, n_classes=2, pad_id=tok.eot, labels=["negative", "positive"])
-        meta["examples"], meta["label_rule"] = write_classification(tok, dataset, spec, files, folder, max_len)
+            "eot": tok.eot, "source": origin, "source_files": sources}
+    try:
+        if spec["kind"] == "lm":
+            meta["tokens"] = write_lm(tok, spec, files, folder)
+        else:
+            meta.update(max_len=max_len, n_classes=2, pad_id=tok.eot, labels=["negative", "positive"])
+            meta["examples"], meta["label_rule"] = write_classification(tok, dataset, spec, files, folder, max_len)
+    except ValueError:  # unreadable source files: a folder made here goes again
+        if made:
+            shutil.rmtree(made[-1])
+        raise
     with open(os.path.join(folder, "meta.json.tmp"), "w") as f:
         json.dump(meta, f, indent=1)
     os.replace(os.path.join(folder, "meta.json.tmp"), os.path.join(folder, "meta.json"))
     return folder, meta
+
+
+def utf8(file, blob):
+    try:
+        return blob.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{file} is not UTF-8 text (byte {e.start})") from None
 
 
 def write_lm(tok, spec, files, folder):
@@ -830,20 +844,31 @@ def write_lm(tok, spec, files, folder):
         cut = int(0.9 * len(stream))
         splits = {"train": stream[:cut], "val": stream[cut:]}
     else:
-        splits = {spec["splits"][role]: encode_documents(tok, wikitext_articles(blob.decode("utf-8")))
-                  for role, (_, blob) in files.items()}
+        splits = {spec["splits"][role]: encode_documents(tok, wikitext_articles(utf8(file, blob)))
+                  for role, (file, blob) in files.items()}
     for split, tokens in splits.items():
         save_atomic(os.path.join(folder, f"{split}.bin"), tokens)
     return {split: int(len(tokens)) for split, tokens in splits.items()}
+
+
+FORMATS = {"sst2": "UTF-8 tab-separated rows under a header naming label and sentence (or content)",
+           "yelp_polarity": 'UTF-8 CSV rows "label","text" with label 1 or 2, or text,label1,"Review Stars: s" '
+                            'under a header'}
 
 
 def write_classification(tok, dataset, spec, files, folder, max_len):
     """{split}_x.npy (n, max_len) token ids and {split}_y.npy labels; returns {split: examples}, label rule."""
     reader = read_sst2 if dataset == "sst2" else read_yelp
     examples, rules = {}, set()
-    for role, (_, blob) in files.items():
+    for role, (file, blob) in files.items():
         split = spec["splits"][role]
-        texts, labels, rule = reader(blob)
+        try:
+            texts, labels, rule = reader(blob)
+        except (ValueError, IndexError, StopIteration, csv.Error) as e:  # UnicodeDecodeError is a ValueError
+            raise ValueError(f"{file} is not a {dataset} file ({type(e).__name__}: {e}); expected "
+                             f"{FORMATS[dataset]}") from None
+        if not set(labels) <= {0, 1}:
+            raise ValueError(f"{file} has labels outside the two classes ({rule})")
         x, keep = encode_examples(tok, texts, max_len)
         save_atomic(os.path.join(folder, f"{split}_x.npy"), x[keep])
         save_atomic(os.path.join(folder, f"{split}_y.npy"), np.asarray(labels, dtype=np.uint8)[keep])

@@ -323,7 +323,7 @@ def main(argv):
     model, train_config = load_model(config["out_dir"], dev)
     torch.manual_seed(config["seed"])
     name = train_config["task"]
-    corpus = name in data.CORPUS_TASKS
+    corpus = name in data.CORPUS_TASKS or name.partition("_")[0] not in data.TASKS  # a prepared folder
     if config["classify"] and not model.config.n_classes:
         raise ConfigError(f"--classify needs a classifier; {config['out_dir']} holds a language model of {name}")
     if config["attn_maps"] or config["induction"]:
