@@ -14,7 +14,8 @@ table for GPUs, a large matmul measured on the spot for CPUs. Time alone: on a s
 flock /tmp/mixit_cpu.lock python bench.py
 """
 import ast
-import os
+import ctypes
+import gc
 import resource
 import sys
 import time
@@ -22,8 +23,8 @@ from contextlib import nullcontext
 
 import torch
 
-from data import CORPUS_TASKS, make_task
-from mixit import ATTNS, COLORS, MixiT, MixiTConfig, peak_flops
+from data import make_task
+from mixit import ATTNS, COLORS, MixiT, MixiTConfig, peak_flops, tune_cpu_malloc
 
 # -----------------------------------------------------------------------------
 preset = ""  # '' (the values below) | algo | lm | paper; options given on the command line win
@@ -34,12 +35,13 @@ n_embd = 128
 block_size = 32
 batch_size = 256
 vocab_size = 64  # random tokens; a corpus brings its own
-data = "random"  # random tokens, or a corpus prepared in data_dir (wikitext2, tinyshakespeare, ...)
+data = "random"  # random tokens, or a task of data.make_task: a corpus prepared in data_dir (wikitext2, ...)
 data_dir = "data"
 device = "auto"  # auto (cuda if available), cpu, cuda, cuda:N
 dtype = "auto"  # auto (bfloat16 on CUDA, else float32), float32, bfloat16
 compile = "auto"  # auto (on for CUDA), True, False
 threads = 0  # CPU threads (torch.set_num_threads); 0 keeps torch's choice
+tune_malloc = True  # CPU: mixit.tune_cpu_malloc(), glibc keeps freed memory instead of page-faulting it back
 warmup_iters = 3
 iters = 10  # timed steps per repeat
 repeats = 3  # the best repeat is reported
@@ -55,7 +57,7 @@ PRESETS = {
     "paper": dict(n_layer=12, n_head=8, n_embd=512, block_size=256, batch_size=64, vocab_size=50304),
 }
 CHOICES = {"preset": ("", *PRESETS), "dtype": ("auto", "float32", "bfloat16"), "compile": ("auto", True, False),
-           "sweep": ("", "block_size", "n_embd"), "data": ("random", *CORPUS_TASKS)}
+           "sweep": ("", "block_size", "n_embd")}
 SWEEPS = {("block_size", "cpu"): (64, 128, 256, 512), ("block_size", "cuda"): (128, 256, 512, 1024, 2048),
           ("n_embd", "cpu"): (64, 128, 256, 512), ("n_embd", "cuda"): (256, 512, 1024, 2048)}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -103,8 +105,10 @@ def parse_config(argv):
 class Env:
     def __init__(self, config):
         name = config["device"]
-        self.device = torch.device("cuda" if name == "auto" and torch.cuda.is_available() else
-                                   "cpu" if name == "auto" else name)
+        try:
+            self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
+        except RuntimeError:
+            self.device = torch.device("meta")  # not a device name: refused below
         self.cuda = self.device.type == "cuda"
         if self.device.type not in ("cpu", "cuda") or (self.cuda and not torch.cuda.is_available()):
             raise ConfigError(f"device {name!r} is not available here; valid: auto, cpu"
@@ -113,6 +117,7 @@ class Env:
         self.compile = config["compile"] if config["compile"] != "auto" else self.cuda
         if config["threads"]:
             torch.set_num_threads(config["threads"])
+        self.malloc_tuned = not self.cuda and config["tune_malloc"] and tune_cpu_malloc()
         if self.cuda:
             torch.cuda.set_device(self.device)
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
@@ -141,13 +146,15 @@ class Env:
 
     def reset_memory(self):
         """Start a peak-memory window: CUDA allocator statistics, or the process's peak RSS on CPU."""
+        gc.collect()
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
             return torch.cuda.memory_allocated()
         try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)  # glibc: hand freed heap memory back, so reuse shows again
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")  # Linux: reset the peak RSS (VmHWM) to the current RSS
-        except OSError:
+        except (OSError, AttributeError):
             pass  # elsewhere the window starts at the process's earlier peak
         return rss_peak()
 
@@ -241,16 +248,19 @@ def run_sweep(config, env, task_for):
         cells = [f"{table[a][i]['tok/s']:11,.0f} {table[a][i]['mfu'] * 100 if env.peak else 0:6.1f}%" for a in table]
         print(f"{v:>10} " + " ".join(f"{c:>20}" for c in cells))
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for a, rows in table.items():
         ax.plot(values, [r["tok/s"] for r in rows], "o-", color=COLORS[a], label=a)
     label = "context length T (tokens)" if key == "block_size" else "model width n_embd (channels)"
-    ax.set(xscale="log", yscale="log", xlabel=label, ylabel="training throughput (tokens/s)",
-           title=f"training speed on {env.device.type}, {str(env.dtype).removeprefix('torch.')}")
-    ax.set_xticks(values, [str(v) for v in values])
-    ax.minorticks_off()
+    ax.set(xscale="log", xlabel=label, ylabel="training throughput (tokens/s)", ylim=(0, None),
+           title=f"{config['n_layer']} layers, {tokens:,} tokens per step: {env.device.type}, "
+                 f"{str(env.dtype).removeprefix('torch.')}")
+    ax.set_xticks(values, [str(v) for v in values], minor=False)
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -260,11 +270,17 @@ def run_sweep(config, env, task_for):
     print(f"wrote {path}")
 
 
-def bench_tasks(config, env):
+def load_task(*args):
+    try:
+        return make_task(*args)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def bench_tasks(config, env, tasks):
     """Training batches per second of each task generator, against the cheapest step it feeds (mixing)."""
     print(f"\n{'task':<14} {'T':>4} {'batches/s':>10} {'step ms':>8} {'ratio':>7}   (batch {config['batch_size']})")
-    for name in config["tasks"].split(","):
-        task = make_task(name)
+    for name, task in zip(config["tasks"].split(","), tasks):
         seeds = iter(range(sys.maxsize))
         dt = env.best_time(lambda: task.get_batch("train", config["batch_size"], seed=[0, next(seeds)]),
                            config["iters"], config["repeats"], warmup=1)
@@ -291,27 +307,22 @@ def bench_generate(config, env):
 
 def main(argv):
     config = parse_config(argv)
+    task_for = lambda T: None if config["data"] == "random" else load_task(config["data"], T, config["data_dir"])
+    task = task_for(config["block_size"])
+    tasks = [load_task(name) for name in config["tasks"].split(",")] if config["tasks"] and not config["sweep"] else []
     env = Env(config)
-
-    def task_for(T):
-        try:
-            return None if config["data"] == "random" else make_task(config["data"], T, config["data_dir"])
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-
     peak = "unknown" if env.peak is None else f"{env.peak / 1e9:,.1f} GFLOP/s"
-    print(f"{env.device} {str(env.dtype).removeprefix('torch.')}, compile {env.compile}, "
-          f"{torch.get_num_threads()} CPU threads, peak {peak}; data {config['data']}")
+    print(f"{env.device} {str(env.dtype).removeprefix('torch.')}, compile {env.compile}, {torch.get_num_threads()} "
+          f"CPU threads{', malloc tuned' if env.malloc_tuned else ''}, peak {peak}; data {config['data']}")
     if config["sweep"]:
         return run_sweep(config, env, task_for)
-    task = task_for(config["block_size"])
     rows = [bench_train(config, env, a, task) for a in config["attn"]]
     r = rows[0]
     print(f"\n{config['n_layer']} layers, width {r['C']}, {config['n_head']} heads, T={r['T']}, batch {r['B']}, "
           f"vocab {task.vocab_size if task else config['vocab_size']}: training steps")
     print_train(rows)
-    if config["tasks"]:
-        bench_tasks(config, env)
+    if tasks:
+        bench_tasks(config, env, tasks)
     if config["gen_new_tokens"]:
         bench_generate(config, env)
 

@@ -408,6 +408,11 @@ class TextTask:
             if meta["tokens"][split] <= block_size:
                 raise ValueError(f"{folder} has {meta['tokens'][split]} {split} tokens; block_size={block_size} "
                                  f"needs more")
+            path = os.path.join(folder, f"{split}.bin")
+            size = os.path.getsize(path) if os.path.isfile(path) else -1
+            if size != 2 * meta["tokens"][split]:  # a truncated or foreign file, not the one meta.json describes
+                raise ValueError(f"{path} holds {max(size, 0) // 2} tokens, meta.json says {meta['tokens'][split]}; "
+                                 f"prepare it again: python data.py {name}")
 
     def tokens(self, split):
         return np.memmap(os.path.join(self.folder, f"{split}.bin"), dtype=np.uint16, mode="r")  # fresh per batch

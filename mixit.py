@@ -8,6 +8,7 @@ attn="frozen_qk" the same forward; W_Q, W_K and their biases stay at their rando
 attn="mixing"    MixiT: every attention matrix is a fixed random (H, T, T) buffer; no W_Q, W_K, RoPE
 freeze="mlp"     every MLP stays at init;  freeze="blocks": only embeddings, final norm and head train
 """
+import ctypes
 import math
 import time
 from dataclasses import dataclass
@@ -98,11 +99,36 @@ class Linear(nn.Linear):
         super().__init__(fan_in, fan_out, bias)
         self.mult = mult
 
-    def forward(self, x):
-        if self.mult == 1.0:
-            return F.linear(x, self.weight, self.bias)
-        bias = None if self.bias is None else self.bias * self.mult
-        return F.linear(x, self.weight * self.mult, bias)  # scale the weight, not the (larger) activation
+    def folded(self, in_scale=1.0):
+        """Weight and bias of x -> mult * (W (in_scale * x) + b): the constant factors are folded into the
+        (small) weight instead of costing a pass over the (larger) activations."""
+        weight = self.weight if self.mult * in_scale == 1.0 else self.weight * (self.mult * in_scale)
+        return weight, (self.bias if self.bias is None or self.mult == 1.0 else self.bias * self.mult)
+
+    def forward(self, x, in_scale=1.0):
+        return F.linear(x, *self.folded(in_scale))
+
+
+class RMSNormCPU(torch.autograd.Function):
+    """F.rms_norm in a few passes over x: on CPU the built-in one is a chain of six autograd ops."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rstd = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.size(-1)).add_(eps).rsqrt_()
+        ctx.save_for_backward(x, weight, rstd)
+        return (x * rstd).mul_(weight)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        xhat, dx, dw = x * rstd, None, None
+        if ctx.needs_input_grad[0]:  # dx = rstd * (dy w - xhat mean(dy w xhat))
+            gw = dy * weight
+            dot = torch.linalg.vecdot(gw, xhat).unsqueeze(-1).div_(x.size(-1))
+            dx = torch.addcmul(gw, xhat, dot, value=-1).mul_(rstd)
+        if ctx.needs_input_grad[1]:
+            dw = (dy * xhat).flatten(0, -2).sum(0)
+        return dx, dw, None
 
 
 class RMSNorm(nn.Module):
@@ -114,6 +140,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
+        if x.is_cpu and x.dtype == torch.float32 and not torch.compiler.is_compiling():
+            return RMSNormCPU.apply(x, self.weight, self.eps)
         return F.rms_norm(x.float(), (x.size(-1),), self.weight, self.eps).type_as(x)
 
 
@@ -124,14 +152,15 @@ class Rotary(nn.Module):
         super().__init__()
         inv_freq = theta ** -(torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (hd/2,)
         angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq)  # (T, hd/2)
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        cos, sin = angles.cos(), angles.sin()
+        # full-width tables: rotate_half(x) * [sin, sin] == swap_halves(x) * [-sin, sin]
+        self.register_buffer("cos", torch.cat((cos, cos), -1), persistent=False)  # (T, hd)
+        self.register_buffer("sin", torch.cat((-sin, sin), -1), persistent=False)
 
-    def forward(self, x, pos):  # x (B, H, t, hd) at absolute positions pos .. pos+t-1
-        t = x.size(-2)
-        cos, sin = self.cos[pos:pos + t].to(x.dtype), self.sin[pos:pos + t].to(x.dtype)  # (t, hd/2)
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    def forward(self, x, pos):  # x (B, t, n, hd) at absolute positions pos .. pos+t-1, n heads
+        t = x.size(1)
+        cos, sin = self.cos[pos:pos + t, None].to(x.dtype), self.sin[pos:pos + t, None].to(x.dtype)  # (t, 1, hd)
+        return torch.addcmul(x * cos, x.roll(x.size(-1) // 2, -1), sin)  # [x1, x2] * cos + [x2, x1] * sin
 
 
 class KVCache:
@@ -154,7 +183,29 @@ class KVCache:
         return (None if self.k is None else self.k[layer]), self.v[layer]
 
 
+class CausalMix(torch.autograd.Function):
+    """y = A @ v for lower-triangular A (H, t, t) and v (H, t, N), in row blocks that skip the zero upper
+    triangle: row block i reads only the columns up to its end, about half the dense FLOPs at long t.
+    Backward needs only dv = A^T @ dy (A is fixed), with the same saving."""
+
+    @staticmethod
+    def forward(ctx, A, v, block):
+        ctx.save_for_backward(A)
+        ctx.block = block
+        t = v.size(1)
+        return torch.cat([torch.bmm(A[:, r:r + block, :r + block], v[:, :r + block]) for r in range(0, t, block)], 1)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (A,), block, t = ctx.saved_tensors, ctx.block, dy.size(1)
+        A = A.to(dy.dtype)
+        dv = torch.cat([torch.bmm(A[:, c:, c:c + block].transpose(1, 2), dy[:, c:]) for c in range(0, t, block)], 1)
+        return None, dv, None
+
+
 class Attention(nn.Module):
+    mix_block = 128  # causal mixing over more than 2 blocks of this many rows skips the zero upper triangle
+
     def __init__(self, config, layer):
         super().__init__()
         C, H = config.n_embd, config.n_head
@@ -166,41 +217,63 @@ class Attention(nn.Module):
             A = mixing_matrix(config.block_size, H, self.head_dim, config.causal, config.mix_beta,
                               seed=(config.seed, 1, layer))
             self.register_buffer("mixing", A)  # (H, T, T)
+            self._cast = (None, None)  # (key, the buffer in the compute dtype)
         else:
             self.qk = Linear(C, 2 * C, config.bias)  # W_Q, W_K fused; frozen at init under frozen_qk
             self.rotary = Rotary(self.head_dim, config.block_size, config.rope_theta)
         self.v = Linear(C, C, config.bias, mult)
         self.o = Linear(C, C, config.bias, mult)
 
+    def mixing_as(self, dtype):
+        """The fixed matrices in the compute dtype, cast once per dtype, device and buffer version, not per step."""
+        A = self.mixing
+        if A.dtype == dtype or torch.compiler.is_compiling():
+            return A.to(dtype)
+        key = (dtype, A.device, A.data_ptr(), A._version, torch.is_inference_mode_enabled())
+        if self._cast[0] != key:
+            self._cast = (key, A.to(dtype))
+        return self._cast[1]
+
     def forward(self, x, cache=None, pad_mask=None):  # x (B, t, C)
         B, t, C = x.shape
+        H, hd = self.n_head, self.head_dim
         pos = 0 if cache is None else cache.pos
-        split = lambda z: z.view(B, t, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, t, hd)
+        split = lambda z: z.view(B, t, H, hd).transpose(1, 2)  # (B, H, t, hd)
         if self.attn == "mixing":
-            v = split(self.v(x))
+            v = self.v(x)
             if pad_mask is not None:
-                v = v * pad_mask.view(B, 1, t, 1).to(v.dtype)  # padding carries no value
-            if cache is not None:
-                _, v = cache.update(self.layer, None, v)
-            A = self.mixing[:, pos:pos + t, :pos + t].to(v.dtype)  # causal rows need only their prefix
-            y = A @ v  # (H, t, s) @ (B, H, s, hd) -> (B, H, t, hd): fixed, input-independent mixing
+                v = v * pad_mask.view(B, t, 1).to(v.dtype)  # padding carries no value
+            A = self.mixing_as(v.dtype)
+            if cache is not None:  # decoding: rows pos.. of A against every cached value
+                _, v = cache.update(self.layer, None, split(v))
+                y = (A[:, pos:pos + t, :pos + t] @ v).transpose(1, 2)  # causal rows need only their prefix
+            else:  # fixed, input-independent mixing: one GEMM per head for the whole batch
+                v = v.view(B, t, H, hd).permute(2, 1, 0, 3).reshape(H, t, B * hd)
+                A = A[:, :t, :t]
+                if self.causal and t > 2 * self.mix_block:
+                    y = CausalMix.apply(A, v, self.mix_block)
+                else:
+                    y = torch.bmm(A, v)  # (H, t, B * hd)
+                y = y.view(H, t, B, hd).permute(2, 1, 0, 3)
         else:
-            q, k = map(split, self.qk(x).split(C, dim=2))
-            q, k, v = self.rotary(q, pos), self.rotary(k, pos), split(self.v(x))
+            qk = self.rotary(self.qk(x).view(B, t, 2 * H, hd), pos)  # q and k rotated together
+            q, k = qk.transpose(1, 2).split(H, dim=1)  # (B, H, t, hd) views
+            v = split(self.v(x))
             if cache is not None:
                 k, v = cache.update(self.layer, k, v)
             mask = None if pad_mask is None else pad_mask.view(B, 1, 1, t)  # keys that are not padding
             causal = self.causal and t > 1  # a single new query attends to every cached key
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)  # flash on GPU
-        return self.o(y.transpose(1, 2).reshape(B, t, C))
+            y = y.transpose(1, 2)
+        return self.o(y.reshape(B, t, C))
 
     def weights(self, x):
         """The attention matrix this layer applies to x (B, t, C), as (B, H, t, t), for analysis."""
         B, t, C = x.shape
         if self.attn == "mixing":
             return self.mixing[:, :t, :t].expand(B, -1, -1, -1)
-        q, k = (z.view(B, t, self.n_head, self.head_dim).transpose(1, 2) for z in self.qk(x).split(C, dim=2))
-        scores = self.rotary(q, 0) @ self.rotary(k, 0).transpose(-1, -2) / math.sqrt(self.head_dim)
+        q, k = self.rotary(self.qk(x).view(B, t, 2 * self.n_head, self.head_dim), 0).transpose(1, 2).split(self.n_head, 1)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
         if self.causal:
             scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
         return scores.softmax(-1)
@@ -219,9 +292,12 @@ class MLP(nn.Module):
         self.gain = math.sqrt(2 / (1 + self.slope ** 2))  # torch.nn.init.calculate_gain('leaky_relu', slope)
 
     def forward(self, x):  # x (B, t, C)
-        gate, up = self.up(x).chunk(2, dim=-1)  # (B, t, 4C) each
-        act = self.gain * F.leaky_relu(gate, self.slope) if self.shaped else F.silu(gate)
-        return self.down(act * up)
+        w, b = self.up.folded()
+        (w_gate, w_up), (b_gate, b_up) = w.chunk(2), (None, None) if b is None else b.chunk(2)
+        gate, up = F.linear(x, w_gate, b_gate), F.linear(x, w_up, b_up)  # (B, t, 4C) each: no 8C tensor to split
+        if self.shaped:  # the gain is a constant factor: folded into the down projection's weight
+            return self.down(F.leaky_relu(gate, self.slope) * up, in_scale=self.gain)
+        return self.down(F.silu(gate) * up)
 
 
 class Block(nn.Module):
@@ -235,9 +311,12 @@ class Block(nn.Module):
         self.s = config.skip if config.attn == "mixing" else 1.0
         self.r = math.sqrt(1 - self.s ** 2) if config.attn == "mixing" else 1.0
 
+    def residual(self, x, f):  # s*x + r*f: one pass when s = r = 1 (1.0 * x still costs a pass), else two
+        return x + f if self.s == self.r == 1.0 else torch.add(x * self.s, f, alpha=self.r)
+
     def forward(self, x, cache=None, pad_mask=None):
-        x = self.s * x + self.r * self.attn(self.norm1(x), cache, pad_mask)
-        return self.s * x + self.r * self.mlp(self.norm2(x))
+        x = self.residual(x, self.attn(self.norm1(x), cache, pad_mask))
+        return self.residual(x, self.mlp(self.norm2(x)))
 
 
 class MixiT(nn.Module):
@@ -385,21 +464,56 @@ class MixiT(nn.Module):
         return torch.stack(maps)  # (L, B, H, t, t)
 
 
-# ---------------------------------------------------------------------------- hardware peak
+    @torch.no_grad()
+    def attention_maps(self, idx):
+        """The attention weights each layer applies to idx (B, t), as (n_layer, B, n_head, t, t); for
+        MixiT its fixed matrices. A classifier's padding keys get weight 0, as in forward."""
+        B, t = idx.shape
+        x = self.wte(idx)  # (B, t, C)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(t, device=idx.device))
+        pad_mask = (idx != self.config.pad_id) if self.config.n_classes else None  # (B, t)
+        maps = []
+        for block in self.blocks:
+            w = block.attn.weights(block.norm1(x))  # (B, H, t, t)
+            if pad_mask is not None:
+                w = w * pad_mask.view(B, 1, 1, t).to(w.dtype)  # mixing: padding carries no value
+                if self.config.attn != "mixing":  # softmax over the real keys only
+                    w = w / w.sum(-1, keepdim=True).clamp(min=1e-30)
+            maps.append(w)
+            x = block(x, None, pad_mask)
+        return torch.stack(maps)  # (L, B, H, t, t)
+
+
+# ---------------------------------------------------------------------------- hardware
+
+def tune_cpu_malloc():
+    """Let glibc serve large tensors from its heap and keep freed memory for reuse. By default every block of
+    32 MiB or more is a fresh mmap that page-faults on first touch and is unmapped on free: on the 2-core
+    VM this was measured, a 32 MiB elementwise op took 13-17 ms instead of 1.7, and the small-LM preset
+    trained 10% slower. Process-wide (memory is not returned to the OS); call once before training on CPU.
+    Returns False where it does not apply (no glibc)."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    return bool(mallopt(M_MMAP_THRESHOLD, 1 << 30) and mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
 
 # dense tensor-core peak TFLOP/s (bf16/fp16, tf32) by device name; the first substring that matches wins
 GPU_PEAK_TFLOPS = [
-    ("H100 PCIe", 756, 378), ("H100 NVL", 835, 418), ("H100", 989, 494), ("H200", 989, 494), ("H800", 989, 494),
-    ("GH200", 989, 494), ("B200", 2250, 1100), ("A100", 312, 156), ("A800", 312, 156), ("L40S", 362, 183),
-    ("L40", 181, 90.5), ("L4", 121, 60), ("A10", 125, 62.5), ("RTX 4090", 165, 82.6), ("RTX 3090", 71, 35.6),
-    ("V100", 125, 15.7), ("T4", 65, 8.1),
+    ("H100 PCIe", 756, 378), ("H100 NVL", 835, 418), ("H100", 989, 494), ("GH200", 989, 494), ("H200 NVL", 835, 418),
+    ("H200", 989, 494), ("H800", 989, 494), ("B200", 2250, 1100), ("A100", 312, 156), ("A800", 312, 156),
+    ("L40S", 362, 183), ("L40", 181, 90.5), ("L4", 121, 60), ("A10", 125, 62.5), ("RTX 4090", 165, 82.6),
+    ("RTX 3090", 71, 35.6), ("V100", 125, 15.7), ("T4", 65, 8.1),
 ]
 _measured_peak = {}
 
 
 def peak_flops(device, dtype=torch.float32):
-    """Peak FLOP/s of a device for matmuls in dtype: a datasheet table for GPUs, measured on the spot for
-    CPUs (a large matmul, best of several), None when unknown."""
+    """Peak FLOP/s of a device for matmuls in dtype: a datasheet table for GPUs (fp32 means TF32), measured
+    on the spot for CPUs (a 1024^3 matmul, the best of 50), None when unknown."""
     device = torch.device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -414,7 +528,7 @@ def peak_flops(device, dtype=torch.float32):
         n = 1024
         a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
         best = float("inf")
-        for i in range(25):  # the first few warm up the threads and caches
+        for i in range(55):  # the first few warm up the threads and caches; the best of many rides out noise
             t0 = time.perf_counter()
             a @ b
             best = min(best, time.perf_counter() - t0) if i >= 5 else best

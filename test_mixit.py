@@ -1025,3 +1025,48 @@ def test_presets_parse_and_build_a_valid_model(name):
         train.model_config(dict(config, attn=attn), task)
     if name.endswith("_paper"):  # one step is the same for 1, 2 (and 4, 8) processes
         assert config["gradient_accumulation_steps"] % 2 == 0
+
+
+def test_truncated_or_corrupt_data_files_give_one_line(tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("to be or not to be, that is the question. " * 40)
+    folder, _ = data.prepare("text", src=str(text), tokenizer="bytes", out_dir=str(tmp_path / "data"))
+    run = ["--task=text", "--attn=softmax", f"--data_dir={tmp_path / 'data'}", "--block_size=16", "--max_iters=1",
+           *FAST]
+    bin_path = os.path.join(folder, "train.bin")
+    blob = open(bin_path, "rb").read()
+    open(bin_path, "wb").write(blob[:len(blob) // 2])
+    assert run_train(tmp_path / "out", *run) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "meta.json says" in err and "prepare it again" in err
+    open(os.path.join(folder, "meta.json"), "w").write("{not json")
+    assert run_train(tmp_path / "out", *run) == 2
+    assert "meta.json is unreadable" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def torchrun(tmp_path, config_text, *args, timeout=120):
+    """A 2-process CPU torchrun of train.py with a config file that may differ by rank."""
+    cfg = tmp_path / "rank_cfg.py"
+    cfg.write_text(config_text)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", str(cfg),
+           f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--task=addition_2", "--gradient_accumulation_steps=2",
+           "--max_iters=4", "--eval_interval=2", *FAST, *args]
+    return subprocess.run(cmd, cwd=HERE, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_ddp_ranks_with_different_fixed_parts_stop_clearly(tmp_path):
+    proc = torchrun(tmp_path, "import os\nseed = int(os.environ.get('RANK', '0'))  # another mixing matrix per rank\n",
+                    "--attn=mixing")
+    assert proc.returncode != 0
+    assert "the fixed random parts (mixing matrices, frozen weights) differ between processes" in proc.stderr
+    assert 'train.py", line' not in proc.stderr  # one line per rank (torchrun's own launcher adds its summary)
+    assert not (tmp_path / "out" / "ckpt.pt").exists()
+
+
+def test_ddp_a_dying_rank_ends_the_job(tmp_path):
+    t0 = time.time()
+    proc = torchrun(tmp_path, "import os\nif os.environ.get('RANK') == '1':\n    os._exit(3)  # rank 1 dies\n",
+                    "--attn=softmax", timeout=300)
+    assert proc.returncode != 0 and time.time() - t0 < 120  # rank 0 is ended, not left waiting
