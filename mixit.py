@@ -464,27 +464,6 @@ class MixiT(nn.Module):
         return torch.stack(maps)  # (L, B, H, t, t)
 
 
-    @torch.no_grad()
-    def attention_maps(self, idx):
-        """The attention weights each layer applies to idx (B, t), as (n_layer, B, n_head, t, t); for
-        MixiT its fixed matrices. A classifier's padding keys get weight 0, as in forward."""
-        B, t = idx.shape
-        x = self.wte(idx)  # (B, t, C)
-        if self.wpe is not None:
-            x = x + self.wpe(torch.arange(t, device=idx.device))
-        pad_mask = (idx != self.config.pad_id) if self.config.n_classes else None  # (B, t)
-        maps = []
-        for block in self.blocks:
-            w = block.attn.weights(block.norm1(x))  # (B, H, t, t)
-            if pad_mask is not None:
-                w = w * pad_mask.view(B, 1, 1, t).to(w.dtype)  # mixing: padding carries no value
-                if self.config.attn != "mixing":  # softmax over the real keys only
-                    w = w / w.sum(-1, keepdim=True).clamp(min=1e-30)
-            maps.append(w)
-            x = block(x, None, pad_mask)
-        return torch.stack(maps)  # (L, B, H, t, t)
-
-
 # ---------------------------------------------------------------------------- hardware
 
 def tune_cpu_malloc():
