@@ -98,12 +98,21 @@ class Linear(nn.Linear):
     def __init__(self, fan_in, fan_out, bias, mult=1.0):
         super().__init__(fan_in, fan_out, bias)
         self.mult = mult
+        self._folded = (None, None)  # without autograd: (key, the folded weight and bias), reused while unchanged
 
     def folded(self, in_scale=1.0):
         """Weight and bias of x -> mult * (W (in_scale * x) + b): the constant factors are folded into the
-        (small) weight instead of costing a pass over the (larger) activations."""
-        weight = self.weight if self.mult * in_scale == 1.0 else self.weight * (self.mult * in_scale)
-        return weight, (self.bias if self.bias is None or self.mult == 1.0 else self.bias * self.mult)
+        (small) weight instead of costing a pass over the (larger) activations. Without autograd (generation,
+        evaluation) the folded copy is kept until the weights change: a decoded token would pay for it."""
+        if self.mult * in_scale == 1.0 and (self.bias is None or self.mult == 1.0):
+            return self.weight, self.bias
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+            self._folded = (None, None)
+            return self.weight * (self.mult * in_scale), None if self.bias is None else self.bias * self.mult
+        key = (in_scale, torch.is_inference_mode_enabled(), *((p.data_ptr(), p._version) for p in self.parameters()))
+        if self._folded[0] != key:
+            self._folded = (key, (self.weight * (self.mult * in_scale), None if self.bias is None else self.bias * self.mult))
+        return self._folded[1]
 
     def forward(self, x, in_scale=1.0):
         return F.linear(x, *self.folded(in_scale))

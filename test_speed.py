@@ -119,3 +119,16 @@ def test_bench_bad_input_is_one_line(capsys, arg, message):
     assert bench.cli([arg]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_folded_weights_are_cached_without_autograd_only():
+    lin = MixiT(MixiTConfig(**TINY, attn="mixing")).blocks[0].mlp.down
+    x = torch.randn(3, 4 * 32)
+    with torch.no_grad():
+        w, b = lin.folded(2.0)
+        assert lin.folded(2.0)[0] is w and torch.equal(w, lin.weight * (lin.mult * 2.0))
+        y = lin(x, 2.0)
+        lin.weight.add_(1.0)  # an optimizer step: the cached copy is stale
+        assert not torch.equal(lin.folded(2.0)[0], w) and not torch.equal(lin(x, 2.0), y)
+    w_grad, _ = lin.folded(2.0)
+    assert w_grad.requires_grad and w_grad is not lin.folded(2.0)[0]  # with autograd: folded afresh, in the graph
