@@ -47,8 +47,11 @@ iters = 10  # timed steps per repeat
 repeats = 3  # the best repeat is reported
 sweep = ""  # '' | block_size | n_embd
 tasks = "addition_10,dyck_30,retrieval_30,induction_16"  # task generators to time ('' skips)
+train = True  # time training steps (--train=False --tasks='' times generation alone)
 gen_block_size = 256  # generation with and without the KV cache: a prompt of gen_block_size - gen_new_tokens
-gen_new_tokens = 200  # tokens, then gen_new_tokens sampled ones (0 skips)
+gen_new_tokens = 200  # tokens, then gen_new_tokens greedy ones (0 skips)
+gen_prompt = 0  # prompt tokens instead (1 .. gen_block_size); 0: gen_block_size - gen_new_tokens
+gen_batch = 1  # prompts generated together
 # -----------------------------------------------------------------------------
 DEFAULTS = {k: v for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, str, bool))}
 PRESETS = {
@@ -94,11 +97,14 @@ def parse_config(argv):
     for name in config["attn"]:
         if name not in ATTNS:
             raise ConfigError(f"unknown attn {name!r}; valid: {', '.join(ATTNS)}, all")
-    for key in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "vocab_size", "iters", "repeats"):
+    for key in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "vocab_size", "iters", "repeats",
+                "gen_batch"):
         if config[key] <= 0:
             raise ConfigError(f"--{key}={config[key]} must be positive")
     if config["gen_new_tokens"] >= config["gen_block_size"]:
         raise ConfigError(f"gen_new_tokens={config['gen_new_tokens']} must be below gen_block_size")
+    if not 0 <= config["gen_prompt"] <= config["gen_block_size"]:
+        raise ConfigError(f"--gen_prompt={config['gen_prompt']} must lie in [0, gen_block_size]")
     return config
 
 
@@ -289,20 +295,28 @@ def bench_tasks(config, env, tasks):
 
 
 def bench_generate(config, env):
-    """Tokens/s of model.generate with and without the KV cache (values only for MixiT), batch 1."""
-    T, new = config["gen_block_size"], config["gen_new_tokens"]
-    print(f"\ngenerate {new} tokens after a {T - new}-token prompt, block_size {T}, batch 1")
-    print(f"{'variant':<10} {'cached tok/s':>13} {'uncached tok/s':>15} {'speedup':>8}")
+    """Tokens/s of greedy model.generate with and without the KV cache (values only for MixiT), timed in turns
+    so that both meet the same machine (the best of `repeats` turns each), and whether their tokens agree."""
+    T, new, B = config["gen_block_size"], config["gen_new_tokens"], config["gen_batch"]
+    P = config["gen_prompt"] or T - new
+    print(f"\ngenerate {new} tokens after a {P}-token prompt, block_size {T}, batch {B}, greedy")
+    print(f"{'variant':<10} {'cached tok/s':>13} {'uncached tok/s':>15} {'speedup':>8} {'same tokens':>12}")
     for a in config["attn"]:
         model = make_model(config, env, a, block_size=T).eval()
-        prompt = torch.randint(model.config.vocab_size, (1, T - new), device=env.device)
-        speed = []
-        for use_cache in (True, False):
-            with env.autocast():
-                dt = env.best_time(lambda: model.generate(prompt, new, top_k=1, use_cache=use_cache), 1,
-                                   config["repeats"], warmup=1)
-            speed.append(new / dt)
-        print(f"{a:<10} {speed[0]:13,.0f} {speed[1]:15,.0f} {speed[0] / speed[1]:7.1f}x")
+        prompt = torch.randint(model.config.vocab_size, (B, P), device=env.device)
+        best, out = [float("inf")] * 2, [None] * 2
+        with env.autocast():
+            for turn in range(1 + config["repeats"]):  # turn 0 warms up
+                for i, use_cache in enumerate((True, False)):
+                    env.sync()
+                    t0 = time.perf_counter()
+                    out[i] = model.generate(prompt, new, top_k=1, use_cache=use_cache)
+                    env.sync()
+                    if turn:
+                        best[i] = min(best[i], time.perf_counter() - t0)
+        speed = [B * new / dt for dt in best]
+        print(f"{a:<10} {speed[0]:13,.0f} {speed[1]:15,.0f} {speed[0] / speed[1]:7.1f}x "
+              f"{'yes' if torch.equal(out[0], out[1]) else 'NO':>12}")
 
 
 def main(argv):
@@ -316,11 +330,12 @@ def main(argv):
           f"CPU threads{', malloc tuned' if env.malloc_tuned else ''}, peak {peak}; data {config['data']}")
     if config["sweep"]:
         return run_sweep(config, env, task_for)
-    rows = [bench_train(config, env, a, task) for a in config["attn"]]
-    r = rows[0]
-    print(f"\n{config['n_layer']} layers, width {r['C']}, {config['n_head']} heads, T={r['T']}, batch {r['B']}, "
-          f"vocab {task.vocab_size if task else config['vocab_size']}: training steps")
-    print_train(rows)
+    if config["train"]:
+        rows = [bench_train(config, env, a, task) for a in config["attn"]]
+        r = rows[0]
+        print(f"\n{config['n_layer']} layers, width {r['C']}, {config['n_head']} heads, T={r['T']}, batch {r['B']}, "
+              f"vocab {task.vocab_size if task else config['vocab_size']}: training steps")
+        print_train(rows)
     if tasks:
         bench_tasks(config, env, tasks)
     if config["gen_new_tokens"]:

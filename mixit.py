@@ -109,7 +109,8 @@ class Linear(nn.Linear):
         if torch.is_grad_enabled() or torch.compiler.is_compiling():
             self._folded = (None, None)
             return self.weight * (self.mult * in_scale), None if self.bias is None else self.bias * self.mult
-        key = (in_scale, torch.is_inference_mode_enabled(), *((p.data_ptr(), p._version) for p in self.parameters()))
+        w, b = self.weight, self.bias
+        key = (in_scale, w.data_ptr(), w._version, b is None or (b.data_ptr(), b._version), torch.is_inference_mode_enabled())
         if self._folded[0] != key:
             self._folded = (key, (self.weight * (self.mult * in_scale), None if self.bias is None else self.bias * self.mult))
         return self._folded[1]
@@ -118,14 +119,24 @@ class Linear(nn.Linear):
         return F.linear(x, *self.folded(in_scale))
 
 
+def rms_norm_cpu(x, weight, eps):
+    """F.rms_norm (weight None: no gain) and its rstd (B, t, 1) in five passes over x; eps is a 0-dim tensor.
+    The built-in one is a chain of more ops on CPU: slower for every size, and about twice as slow on the
+    single row of a decoded token."""
+    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    rstd = torch.addcmul(eps, norm, norm, value=1 / x.size(-1)).rsqrt_()
+    y = x * rstd
+    return y if weight is None else y.mul_(weight), rstd
+
+
 class RMSNormCPU(torch.autograd.Function):
-    """F.rms_norm in a few passes over x: on CPU the built-in one is a chain of six autograd ops."""
+    """rms_norm_cpu under autograd, with a backward of a few passes: the built-in one is a chain of six ops."""
 
     @staticmethod
     def forward(ctx, x, weight, eps):
-        rstd = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.size(-1)).add_(eps).rsqrt_()
+        y, rstd = rms_norm_cpu(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd)
-        return (x * rstd).mul_(weight)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
@@ -147,11 +158,15 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        self.register_buffer("eps_t", torch.tensor(eps), persistent=False)  # for rms_norm_cpu
 
-    def forward(self, x):
+    def forward(self, x, gain=True):  # gain=False: the caller folded the gain into what follows
+        weight = self.weight if gain else None
         if x.is_cpu and x.dtype == torch.float32 and not torch.compiler.is_compiling():
-            return RMSNormCPU.apply(x, self.weight, self.eps)
-        return F.rms_norm(x.float(), (x.size(-1),), self.weight, self.eps).type_as(x)
+            if torch.is_grad_enabled() and gain:
+                return RMSNormCPU.apply(x, weight, self.eps_t)
+            return rms_norm_cpu(x, weight, self.eps_t)[0]
+        return F.rms_norm(x.float(), (x.size(-1),), weight, self.eps).type_as(x)
 
 
 class Rotary(nn.Module):
@@ -163,33 +178,39 @@ class Rotary(nn.Module):
         angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq)  # (T, hd/2)
         cos, sin = angles.cos(), angles.sin()
         # full-width tables: rotate_half(x) * [sin, sin] == swap_halves(x) * [-sin, sin]
-        self.register_buffer("cos", torch.cat((cos, cos), -1), persistent=False)  # (T, hd)
-        self.register_buffer("sin", torch.cat((-sin, sin), -1), persistent=False)
+        self.register_buffer("cos", torch.cat((cos, cos), -1).unsqueeze(1), persistent=False)  # (T, 1, hd)
+        self.register_buffer("sin", torch.cat((-sin, sin), -1).unsqueeze(1), persistent=False)
 
     def forward(self, x, pos):  # x (B, t, n, hd) at absolute positions pos .. pos+t-1, n heads
         t = x.size(1)
-        cos, sin = self.cos[pos:pos + t, None].to(x.dtype), self.sin[pos:pos + t, None].to(x.dtype)  # (t, 1, hd)
-        return torch.addcmul(x * cos, x.roll(x.size(-1) // 2, -1), sin)  # [x1, x2] * cos + [x2, x1] * sin
+        cos, sin = self.cos[pos:pos + t], self.sin[pos:pos + t]  # (t, 1, hd)
+        if cos.dtype != x.dtype:
+            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2, x1]: one copy, where roll is three ops
+        return torch.addcmul(x * cos, swapped, sin)  # [x1, x2] * cos + [x2, x1] * sin
 
 
 class KVCache:
-    """Past keys and values per layer for generation; MixiT needs values only (its weights are fixed)."""
+    """Past keys and values per layer for generation; MixiT needs values only (its weights are fixed).
+    Each layer's buffer holds `size` (block_size) positions, allocated at the first write of a sequence
+    and written in place: a decoded token copies only itself, not the past (torch.cat would)."""
 
-    def __init__(self, n_layer, keys=True):
+    def __init__(self, n_layer, size, keys=True):
+        self.size = size
         self.k = [None] * n_layer if keys else None
         self.v = [None] * n_layer
-        self.pos = 0  # number of positions already cached
+        self.pos = 0  # number of positions already cached; 0 starts a new sequence in the same buffers
 
-    def update(self, layer, k, v):  # k, v (B, H, t, hd) at positions pos .. pos+t-1; returns all so far
-        if self.pos == 0:
-            self.v[layer] = v
-            if self.k is not None:
-                self.k[layer] = k
-        else:
-            self.v[layer] = torch.cat((self.v[layer], v), dim=2)
-            if self.k is not None:
-                self.k[layer] = torch.cat((self.k[layer], k), dim=2)
-        return (None if self.k is None else self.k[layer]), self.v[layer]
+    def _write(self, bufs, layer, z):  # z (B, H, t, hd) at positions pos .. pos+t-1; returns positions 0 .. pos+t-1
+        buf, end = bufs[layer], self.pos + z.size(2)
+        if self.pos == 0 and (buf is None or buf.shape[:2] != z.shape[:2] or buf.size(3) != z.size(3)
+                              or buf.dtype != z.dtype or buf.device != z.device):
+            buf = bufs[layer] = z.new_empty(z.size(0), z.size(1), self.size, z.size(3))
+        buf[:, :, self.pos:end] = z
+        return buf[:, :, :end]
+
+    def update(self, layer, k, v):  # k, v (B, H, t, hd); returns every cached k (None for MixiT) and v
+        return None if self.k is None else self._write(self.k, layer, k), self._write(self.v, layer, v)
 
 
 class CausalMix(torch.autograd.Function):
@@ -272,6 +293,8 @@ class Attention(nn.Module):
                 k, v = cache.update(self.layer, k, v)
             mask = None if pad_mask is None else pad_mask.view(B, 1, 1, t)  # keys that are not padding
             causal = self.causal and t > 1  # a single new query attends to every cached key
+            if causal and pos:  # is_causal aligns to the top left: queries pos.. need the mask aligned to the right
+                mask, causal = torch.ones(t, pos + t, dtype=torch.bool, device=x.device).tril(pos), False
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)  # flash on GPU
             y = y.transpose(1, 2)
         return self.o(y.reshape(B, t, C))
@@ -299,14 +322,16 @@ class MLP(nn.Module):
         # shaped activation: LeakyReLU of slope 1 + c/sqrt(d) is near-linear, keeping the covariance stable in depth
         self.slope = 1 + config.cminus / math.sqrt(C)
         self.gain = math.sqrt(2 / (1 + self.slope ** 2))  # torch.nn.init.calculate_gain('leaky_relu', slope)
+        self.in_scale = self.gain if mixing else 1.0  # of the down projection
 
     def forward(self, x):  # x (B, t, C)
         w, b = self.up.folded()
         (w_gate, w_up), (b_gate, b_up) = w.chunk(2), (None, None) if b is None else b.chunk(2)
         gate, up = F.linear(x, w_gate, b_gate), F.linear(x, w_up, b_up)  # (B, t, 4C) each: no 8C tensor to split
-        if self.shaped:  # the gain is a constant factor: folded into the down projection's weight
-            return self.down(F.leaky_relu(gate, self.slope) * up, in_scale=self.gain)
-        return self.down(F.silu(gate) * up)
+        return self.down(self.act(gate) * up, in_scale=self.in_scale)
+
+    def act(self, gate):  # shaped: the gain is a constant factor, folded into the down projection as in_scale
+        return F.leaky_relu(gate, self.slope) if self.shaped else F.silu(gate)
 
 
 class Block(nn.Module):
@@ -375,7 +400,7 @@ class MixiT(nn.Module):
             raise ValueError(f"sequence of {pos + t} tokens is longer than block_size={self.config.block_size}")
         x = self.wte(idx)  # (B, t, C)
         if self.wpe is not None:
-            x = x + self.wpe(torch.arange(pos, pos + t, device=idx.device))  # learned absolute positions
+            x = x + self.wpe.weight[pos:pos + t]  # learned absolute positions
         pad_mask = (idx != self.config.pad_id) if self.config.n_classes else None  # (B, t)
         for block in self.blocks:
             x = block(x, cache, pad_mask)
@@ -430,27 +455,107 @@ class MixiT(nn.Module):
             return None
         return self.flops_per_token() * tokens_per_iter / dt / peak
 
+    def _decode_weights(self):
+        """What _decode needs per layer, its weights as (W^T, b) pairs for x @ W^T + b with every constant factor
+        folded in: the norm gains, the width multipliers, the MLP gain, the residual scale r, 1/sqrt(head_dim) of
+        the queries. W_Q, W_K and W_V are stacked with W_Q and W_K once more, their output halves swapped per head:
+        one product gives q, k, v and the [x2, x1] of the rotary embedding. A copy of the weights, once per generate."""
+        def pack(w, b, in_scale=None, out_scale=1.0):  # w (out, in) -> (in, out), contiguous
+            w = w * out_scale if in_scale is None else w * in_scale * out_scale
+            return w.t().contiguous(), None if b is None else b * out_scale
+
+        H, hd = self.config.n_head, self.config.n_embd // self.config.n_head
+        swap = lambda z: z.unflatten(0, (-1, 2, hd // 2)).flip(1).flatten(0, 2)  # rows [x1, x2] -> [x2, x1] per head
+        layers = []
+        for block in self.blocks:
+            attn, mlp = block.attn, block.mlp
+            w, b = attn.v.folded()
+            rotary = None
+            if attn.attn != "mixing":  # [W_Q / sqrt(hd); W_K; W_V; swapped W_Q / sqrt(hd); swapped W_K]: (5C, C)
+                wqk, bqk = attn.qk.folded()
+                scale = torch.ones(2 * H * hd, 1, device=wqk.device).index_fill_(0, torch.arange(H * hd), hd ** -0.5)
+                wqk = wqk * scale
+                w = torch.cat((wqk, w, swap(wqk)))
+                b = None if b is None else torch.cat((bqk * scale[:, 0], b, swap(bqk * scale[:, 0])))
+                rotary = attn.rotary
+            layers.append((attn, rotary, block.norm1, block.norm2, mlp.act, block.s, pack(w, b, block.norm1.weight),
+                           pack(*attn.o.folded(), out_scale=block.r), pack(*mlp.up.folded(), block.norm2.weight),
+                           pack(*mlp.down.folded(mlp.in_scale), out_scale=block.r)))
+        return layers, pack(*self.head.folded(), self.norm.weight)
+
+    def _decode(self, idx, cache, weights):
+        """Logits (B, V) of the tokens idx (B,) at position cache.pos, which it advances: forward(idx[:, None],
+        cache) written flat over _decode_weights, the same function up to rounding. A decoded token is a chain of
+        matrix-vector products and smaller ops whose cost is mostly the op's own overhead: here half as many."""
+        linear = lambda x, wb: x @ wb[0] if wb[1] is None else torch.addmm(wb[1], x, wb[0])
+        pos, (layers, head) = cache.pos, weights
+        x = F.embedding(idx, self.wte.weight)  # (B, C)
+        B, C = x.shape
+        H = self.config.n_head
+        hd = C // H
+        if self.wpe is not None:
+            x = x + self.wpe.weight[pos]
+        for attn, rotary, norm1, norm2, act, s, qkv, o, up, down in layers:
+            z = linear(norm1(x, gain=False), qkv)
+            if rotary is None:  # MixiT: row pos of its fixed matrices against every cached value
+                _, v = cache.update(attn.layer, None, z.view(B, H, 1, hd))
+                y = attn.mixing_as(v.dtype)[:, pos:pos + 1, :pos + 1] @ v  # (B, H, 1, hd)
+            else:
+                cos, sin = rotary.cos[pos], rotary.sin[pos]  # (1, hd)
+                if cos.dtype != z.dtype:
+                    cos, sin = cos.to(z.dtype), sin.to(z.dtype)
+                qk, v, swapped = z.view(B, 5 * H, 1, hd).split((2 * H, H, 2 * H), 1)
+                q, k = torch.addcmul(qk * cos, swapped, sin).split(H, 1)  # rotated: (B, H, 1, hd) each
+                k, v = cache.update(attn.layer, k, v)  # (B, H, pos+1, hd)
+                # one query: two matrix-vector products per head beat SDPA's setup; q carries the scale
+                y = torch.bmm(torch.bmm(q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2)).softmax(-1), v.flatten(0, 1))
+            x = torch.add(linear(y.view(B, C), o), x, alpha=s)  # r folded into o; x keeps its dtype under autocast
+            gate, u = linear(norm2(x, gain=False), up).split(4 * C, 1)
+            x = torch.add(linear(act(gate).mul_(u), down), x, alpha=s)
+        cache.pos += 1
+        return linear(self.norm(x, gain=False), head)
+
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
-        """Continue idx (B, t) by max_new_tokens sampled tokens; top_k=1 is greedy. With use_cache each new
-        token costs one position (keys and values cached; values only for MixiT) and gives the same tokens."""
+        """Continue idx (B, t) by max_new_tokens sampled tokens; top_k=1 is greedy (argmax). With use_cache each
+        new token costs one position (keys and values cached; values only for MixiT) and gives the same tokens.
+        Past block_size the window is cropped to its last block_size tokens and recomputed, as nanoGPT does."""
         if self.config.n_classes or not self.config.causal:
             raise ValueError("generate needs a causal language model (n_classes=0, causal=True)")
-        T, cache = self.config.block_size, None
-        for _ in range(max_new_tokens):
-            if cache is not None and cache.pos < T:
-                logits, _ = self(idx[:, -1:], cache=cache)  # the newest token at position cache.pos
-            else:  # first step, or the window is full: crop to block_size and rebuild as nanoGPT does
-                if use_cache:
-                    cache = KVCache(self.config.n_layer, keys=self.config.attn != "mixing")
-                logits, _ = self(idx[:, -T:], cache=cache)
-            logits = logits[:, -1, :].float() / temperature
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("inf")
-            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
-            idx = torch.cat((idx, idx_next), dim=1)
-        return idx
+        (B, t), T = idx.shape, self.config.block_size
+        out = idx.new_empty(B, t + max_new_tokens)  # outside inference mode: the caller gets a normal tensor
+        out[:, :t] = idx
+        cache = KVCache(self.config.n_layer, T, keys=self.config.attn != "mixing") if use_cache else None
+        # a decoding step's ops are too small to share: on CPU it runs on one thread, which also spares it the
+        # wait for a second one that another process holds (a step took ms instead of 0.4 ms)
+        threads = torch.get_num_threads() if use_cache and idx.device.type == "cpu" else None
+        try:
+            with torch.inference_mode():  # no autograd bookkeeping per op: a decoded token is mostly overhead
+                weights = self._decode_weights() if use_cache and max_new_tokens > 1 else None
+                for end in range(t, t + max_new_tokens):
+                    decoding = cache is not None and 0 < cache.pos < T
+                    if threads:
+                        torch.set_num_threads(1 if decoding else threads)
+                    if decoding:
+                        logits = self._decode(out[:, end - 1], cache, weights)  # the newest token at cache.pos
+                    else:  # first step, or the window is full: crop to block_size and (re)build the cache
+                        if cache is not None:
+                            cache.pos = 0
+                        start = max(0, end - T)
+                        logits = self(out[:, start:end], cache=cache)[0][:, -1]
+                    if top_k == 1:
+                        idx_next = logits.argmax(-1)  # what sampling from the top-1 token gives
+                    else:
+                        logits = logits.float() / temperature
+                        if top_k is not None:
+                            v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                            logits = logits.masked_fill(logits < v[:, -1:], -float("inf"))
+                        idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1).view(B)
+                    out[:, end] = idx_next
+        finally:
+            if threads:
+                torch.set_num_threads(threads)
+        return out
 
     @torch.no_grad()
     def attention_maps(self, idx):
@@ -501,7 +606,7 @@ _measured_peak = {}
 
 def peak_flops(device, dtype=torch.float32):
     """Peak FLOP/s of a device for matmuls in dtype: a datasheet table for GPUs (fp32 means TF32), measured
-    on the spot for CPUs (a 1024^3 matmul, the best of 50), None when unknown."""
+    on the spot for CPUs (a 1024^3 matmul, the best of up to 50 in about 2 s), None when unknown."""
     device = torch.device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -515,10 +620,13 @@ def peak_flops(device, dtype=torch.float32):
     if key not in _measured_peak:
         n = 1024
         a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        best = float("inf")
-        for i in range(55):  # the first few warm up the threads and caches; the best of many rides out noise
+        times, start = [], time.perf_counter()
+        for i in range(55):
             t0 = time.perf_counter()
             a @ b
-            best = min(best, time.perf_counter() - t0) if i >= 5 else best
+            times.append(time.perf_counter() - t0)
+            if i >= 2 and time.perf_counter() - start > 2.0:  # no fast kernels for dtype here: enough
+                break
+        best = min(times[5:] or times[1:])  # past the warm-up; the best of many rides out noise
         _measured_peak[key] = 2 * n ** 3 / best
     return _measured_peak[key]

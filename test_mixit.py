@@ -1,6 +1,7 @@
 """Tests for mixit: python -m pytest -q test_mixit.py (CPU only, no network). The real-data tests use
 ../shared/data and are skipped, with the reason, where it is absent."""
 import hashlib
+import math
 import json
 import os
 import signal
@@ -329,13 +330,23 @@ def test_resume_matches_uninterrupted_run(tmp_path):
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+@pytest.mark.parametrize("attn", ["softmax", "mixing"])
+def test_bf16_autocast_training_runs_and_saves_fp32_weights(tmp_path, attn):
+    """The CUDA default dtype, on CPU autocast: the loss stays finite and the checkpoint keeps fp32 weights."""
+    assert run_train(tmp_path, "--task=memorize_4", f"--attn={attn}", "--dtype=bfloat16", "--max_iters=4",
+                     "--eval_interval=4", *FAST) == 0
+    assert math.isfinite(read_metrics(tmp_path)[-1]["val_loss"])
+    assert all(v.dtype == torch.float32 for v in load_ckpt(tmp_path)["model"].values() if v.is_floating_point())
+
+
 def test_comparison_writes_table_and_plot(tmp_path, capsys):
     assert run_train(tmp_path, "--task=modadd_7,retrieval_2", "--attn=all", "--max_iters=4", "--eval_interval=2",
                      "--seeds=2", *FAST) == 0
     out = capsys.readouterr().out
     assert "| retrieval_2 | mixing | 2 |" in out and "±" in out
     assert (tmp_path / "compare.png").stat().st_size > 10_000
-    assert "| modadd_7 | frozen_qk | 2 | 4 |" in (tmp_path / "results.md").read_text()
+    results = (tmp_path / "results.md").read_text()
+    assert "| modadd_7 | frozen_qk | 2 | 4 |" in results and "over seeds 0, 1. 12 runs in" in results
     assert (tmp_path / "retrieval_2-softmax-s1" / "ckpt.pt").exists()
 
 
@@ -1014,17 +1025,27 @@ def test_short_sst2_run_beats_chance(sst2, tmp_path):
 # ----------------------------------------------------------------------------- presets
 
 
-@pytest.mark.parametrize("name", ["lm_cpu", "lm_paper", "sst2_cpu", "yelp_paper"])
-def test_presets_parse_and_build_a_valid_model(name):
+PRESETS = sorted(f[:-3] for f in os.listdir(os.path.join(HERE, "configs")) if f.endswith(".py"))
+
+
+def preset_task(name, block_size):
+    """The task behind a corpus name, as its prepared meta.json would describe it; algorithmic tasks as built."""
+    if name not in data.CORPUS_TASKS and not name.startswith("wikitext2_"):
+        return data.make_task(name)
+    n_classes = 2 if name in ("sst2", "yelp_polarity") else 0
+    vocab = data.padded_vocab(257 if name.endswith("_bytes") else 50257)
+    return types.SimpleNamespace(name=name, vocab_size=vocab, causal=not n_classes, block_size=block_size,
+                                 n_classes=n_classes, pad_id=50256 if n_classes else -1)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_parse_and_build_a_valid_model_for_every_run(name):
     config = train.parse_config([os.path.join(HERE, "configs", f"{name}.py")])
-    assert config["task"] in data.CORPUS_TASKS
-    n_classes = 2 if config["task"] in ("sst2", "yelp_polarity") else 0
-    task = types.SimpleNamespace(name=config["task"], vocab_size=data.padded_vocab(50257), causal=not n_classes,
-                                 block_size=config["block_size"], n_classes=n_classes, pad_id=50256 if n_classes else -1)
-    for attn in ("softmax", "frozen_qk", "mixing"):
-        train.model_config(dict(config, attn=attn), task)
-    if name.endswith("_paper"):  # one step is the same for 1, 2 (and 4, 8) processes
-        assert config["gradient_accumulation_steps"] % 2 == 0
+    runs = train.plan_runs(config)
+    assert len(runs) >= 2  # every preset compares variants
+    for run in runs:
+        train.model_config(run, preset_task(run["task"], run["block_size"]))
+    assert config["device"] == ("cpu" if name.endswith("_cpu") else "auto")  # paper presets: the GPU when present
 
 
 def test_truncated_or_corrupt_data_files_give_one_line(tmp_path, capsys):

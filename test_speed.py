@@ -21,9 +21,8 @@ def reference_forward(model, idx):
     heads = lambda z: z.view(B, t, H, hd).transpose(1, 2)
 
     def rope(z):
-        cos, sin = (torch.outer(torch.arange(t, dtype=torch.float32),
-                                cfg.rope_theta ** -(torch.arange(0, hd, 2) / hd)).__getattribute__(f)() for f in ("cos", "sin"))
-        z1, z2 = z.chunk(2, -1)
+        angles = torch.outer(torch.arange(t, dtype=torch.float32), cfg.rope_theta ** -(torch.arange(0, hd, 2) / hd))
+        cos, sin, (z1, z2) = angles.cos(), angles.sin(), z.chunk(2, -1)
         return torch.cat((z1 * cos - z2 * sin, z2 * cos + z1 * sin), -1)
 
     x = model.wte(idx) + (model.wpe.weight[:t] if model.wpe is not None else 0)

@@ -2,7 +2,7 @@
 Train the standard transformer and the paper's variants, side by side.
 
   python train.py                                        # the main job: every variant, memorization and retrieval
-  python train.py configs/addition_cpu.py --attn=mixing  # a preset, with overrides
+  python train.py configs/arithmetic_cpu.py --attn=mixing  # a preset, with overrides
   python train.py --task=dyck_10,induction_16 --attn=all --seeds=3
   torchrun --standalone --nproc_per_node=8 train.py configs/lm_paper.py
 
@@ -186,6 +186,12 @@ class Env:
             timeout = datetime.timedelta(minutes=10)  # a rank that dies ends the others' waits, not hangs them
             dist.init_process_group(backend, timeout=timeout)
             self.control = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else dist.group.WORLD
+
+    def describe(self):
+        """The hardware behind a measurement, for results.md: device name, processes, dtype."""
+        name = torch.cuda.get_device_name(self.device) if self.device_type == "cuda" else \
+            f"{self.device_type} ({torch.get_num_threads()} threads)"
+        return f"{self.world_size} x {name}, {str(self.dtype).removeprefix('torch.')}, torch {torch.__version__}"
 
     def _device(self, name):
         if name == "auto":
@@ -647,14 +653,16 @@ def plot_comparison(runs, histories, path):
     plt.close(fig)
 
 
-def report(runs, histories, out_dir, env):
+def report(runs, histories, out_dir, env, seconds):
     table = summarize(runs, histories)
     text = markdown_table(table)
     env.print("\n" + text)
     if env.master:
+        seeds = sorted({r["seed"] for r in runs})
         with open(os.path.join(out_dir, "results.md"), "w") as f:
             f.write(f"# {', '.join(dict.fromkeys(r['task'] for r in runs))}\n\nFinal metrics"
-                    f"{' (mean ± std over seeds)' if runs[0]['seeds'] else ''}.\n\n{text}\n")
+                    + (f", mean ± std over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else "")
+                    + f". {len(runs)} runs in {format_time(seconds)} on {env.describe()}.\n\n{text}\n")
         plot_comparison(runs, histories, os.path.join(out_dir, "compare.png"))
         env.print(f"wrote {os.path.join(out_dir, 'results.md')} and {os.path.join(out_dir, 'compare.png')}")
     return table
@@ -697,9 +705,10 @@ def main(argv):
     stop = Stop()
     try:
         check_writable(config["out_dir"])
+        start = time.time()
         histories = [train_run(run, tasks[run["task"]], env, stop) for run in runs]
         if len(runs) > 1:
-            report(runs, histories, config["out_dir"], env)
+            report(runs, histories, config["out_dir"], env, time.time() - start)
     finally:
         stop.restore()
         if env.ddp:

@@ -1,0 +1,22 @@
+# Claim 1 at the paper's size (the MixiT depth.py runner, TASKS.md 2.2): additionstream_10 (our addition_10,
+# T = 34) and dyckstream_40 (dyck_40, T = 83), 2 layers, width 512, 4 heads, 1,000 sequences a step, AdamW
+# lr 1e-2 (depth.py's global: the README command never overrides it), weight decay 1e-3, warmup 500,
+# cosine to 0, 40,000 steps (max_steps 500 "epochs" x 80,000 / 1,000).
+#   python train.py configs/arithmetic_paper.py --attn=all --seeds=3         # one GPU
+# The table tasks of the claim have their own runners; the same file with their settings:
+#   modadds_199 (modadd_exp.py: 4,000 pairs a step, lr 1e-3, warmup 50, 20,000 steps):
+#   python train.py configs/arithmetic_paper.py --task=modadd_199 --batch_size=4000 --learning_rate=1e-3 \
+#       --warmup_iters=50 --max_iters=20000 --attn=all --seeds=3 --out_dir=out/modadd_paper
+#   memorization: configs/memorization_paper.py
+task = "addition_10,dyck_40"
+out_dir = "out/arithmetic_paper"
+n_layer = 2
+n_embd = 512
+n_head = 4
+batch_size = 1000
+max_iters = 40000
+warmup_iters = 500
+learning_rate = 1e-2
+weight_decay = 1e-3
+eval_interval = 500
+log_interval = 100

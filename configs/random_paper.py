@@ -1,0 +1,19 @@
+# Claim 6 at the random-transformer paper's size (random_transformers experiment_stream.py and its README,
+# TASKS.md 2.1): embedding-only training on decimal addition, parenthesis balancing and needle-in-a-haystack
+# retrieval, 2 layers, width 512 (the README passes wider models than the runner's d = 16), 4 heads, 1,000
+# sequences a step, AdamW lr 1e-3, weight decay 1e-3, warmup 500, cosine, 10,000 steps.
+#   python train.py configs/random_paper.py --seeds=3                       # one GPU
+task = "addition_10,dyck_30,retrieval_30"
+out_dir = "out/random_paper"
+attn = "softmax,mixing"
+freeze = "blocks"
+n_layer = 2
+n_embd = 512
+n_head = 4
+batch_size = 1000
+max_iters = 10000
+warmup_iters = 500
+learning_rate = 1e-3
+weight_decay = 1e-3
+eval_interval = 500
+log_interval = 100
