@@ -7,6 +7,7 @@ Speed of the three variants: training steps, the task generator and cached gener
   python bench.py --sweep=block_size            # tok/s as the context grows, at a fixed number of tokens per step
   python bench.py --sweep=n_embd                # ... as the width grows; both write bench_<sweep>.png
   python bench.py --device=cuda --preset=paper  # bf16 autocast, torch.compile, fused AdamW
+  python bench.py --train=False --tasks=''      # generation alone, cached vs not (--gen_prompt=1: 1-token prompt)
 
 A training step is forward, backward, gradient clipping and an AdamW step, as in train.py. MFU counts
 the FLOPs each variant really computes (MixiT.flops_per_token) against the device's peak: a datasheet

@@ -464,7 +464,7 @@ class MixiT(nn.Module):
             w = w * out_scale if in_scale is None else w * in_scale * out_scale
             return w.t().contiguous(), None if b is None else b * out_scale
 
-        H, hd = self.config.n_head, self.config.n_embd // self.config.n_head
+        C, hd = self.config.n_embd, self.config.n_embd // self.config.n_head
         swap = lambda z: z.unflatten(0, (-1, 2, hd // 2)).flip(1).flatten(0, 2)  # rows [x1, x2] -> [x2, x1] per head
         layers = []
         for block in self.blocks:
@@ -473,12 +473,12 @@ class MixiT(nn.Module):
             rotary = None
             if attn.attn != "mixing":  # [W_Q / sqrt(hd); W_K; W_V; swapped W_Q / sqrt(hd); swapped W_K]: (5C, C)
                 wqk, bqk = attn.qk.folded()
-                scale = torch.ones(2 * H * hd, 1, device=wqk.device).index_fill_(0, torch.arange(H * hd), hd ** -0.5)
-                wqk = wqk * scale
+                scale = torch.cat((torch.full((C,), hd ** -0.5), torch.ones(C))).to(wqk)  # the queries' rows
+                wqk = wqk * scale[:, None]
                 w = torch.cat((wqk, w, swap(wqk)))
-                b = None if b is None else torch.cat((bqk * scale[:, 0], b, swap(bqk * scale[:, 0])))
-                rotary = attn.rotary
-            layers.append((attn, rotary, block.norm1, block.norm2, mlp.act, block.s, pack(w, b, block.norm1.weight),
+                b = None if b is None else torch.cat((bqk * scale, b, swap(bqk * scale)))
+                rotary = attn.rotary.cos, attn.rotary.sin  # (T, 1, hd) each
+            layers.append((attn, rotary, mlp.act, block.s, pack(w, b, block.norm1.weight),
                            pack(*attn.o.folded(), out_scale=block.r), pack(*mlp.up.folded(), block.norm2.weight),
                            pack(*mlp.down.folded(mlp.in_scale), out_scale=block.r)))
         return layers, pack(*self.head.folded(), self.norm.weight)
@@ -486,7 +486,8 @@ class MixiT(nn.Module):
     def _decode(self, idx, cache, weights):
         """Logits (B, V) of the tokens idx (B,) at position cache.pos, which it advances: forward(idx[:, None],
         cache) written flat over _decode_weights, the same function up to rounding. A decoded token is a chain of
-        matrix-vector products and smaller ops whose cost is mostly the op's own overhead: here half as many."""
+        matrix-vector products and smaller ops, each costing mostly its own overhead: this runs half as many
+        ops as forward, and no module calls."""
         linear = lambda x, wb: x @ wb[0] if wb[1] is None else torch.addmm(wb[1], x, wb[0])
         pos, (layers, head) = cache.pos, weights
         x = F.embedding(idx, self.wte.weight)  # (B, C)
@@ -495,25 +496,42 @@ class MixiT(nn.Module):
         hd = C // H
         if self.wpe is not None:
             x = x + self.wpe.weight[pos]
-        for attn, rotary, norm1, norm2, act, s, qkv, o, up, down in layers:
-            z = linear(norm1(x, gain=False), qkv)
+        eps = self.norm.eps_t  # every norm's; their gains are folded into the weights
+        if x.is_cpu and x.dtype == torch.float32:  # what RMSNorm(x, gain=False) runs, less its dispatch
+            norm = lambda x: rms_norm_cpu(x, None, eps)[0]
+        else:
+            norm = lambda x: self.norm(x, gain=False)
+        for attn, rotary, act, s, qkv, o, up, down in layers:
+            z = linear(norm(x), qkv)
             if rotary is None:  # MixiT: row pos of its fixed matrices against every cached value
                 _, v = cache.update(attn.layer, None, z.view(B, H, 1, hd))
                 y = attn.mixing_as(v.dtype)[:, pos:pos + 1, :pos + 1] @ v  # (B, H, 1, hd)
             else:
-                cos, sin = rotary.cos[pos], rotary.sin[pos]  # (1, hd)
+                cos, sin = rotary[0][pos], rotary[1][pos]  # (1, hd)
                 if cos.dtype != z.dtype:
                     cos, sin = cos.to(z.dtype), sin.to(z.dtype)
-                qk, v, swapped = z.view(B, 5 * H, 1, hd).split((2 * H, H, 2 * H), 1)
-                q, k = torch.addcmul(qk * cos, swapped, sin).split(H, 1)  # rotated: (B, H, 1, hd) each
+                qk, v, swapped = z.view(B, 5 * H, 1, hd).split_with_sizes((2 * H, H, 2 * H), 1)
+                q, k = torch.addcmul(qk * cos, swapped, sin).split_with_sizes((H, H), 1)  # rotated: (B, H, 1, hd)
                 k, v = cache.update(attn.layer, k, v)  # (B, H, pos+1, hd)
                 # one query: two matrix-vector products per head beat SDPA's setup; q carries the scale
                 y = torch.bmm(torch.bmm(q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2)).softmax(-1), v.flatten(0, 1))
             x = torch.add(linear(y.view(B, C), o), x, alpha=s)  # r folded into o; x keeps its dtype under autocast
-            gate, u = linear(norm2(x, gain=False), up).split(4 * C, 1)
+            gate, u = linear(norm(x), up).split_with_sizes((4 * C, 4 * C), 1)
             x = torch.add(linear(act(gate).mul_(u), down), x, alpha=s)
         cache.pos += 1
-        return linear(self.norm(x, gain=False), head)
+        return linear(norm(x), head)
+
+    @staticmethod
+    def _sample(logits, temperature, top_k):
+        """The next tokens (B,) for logits (B, V): the argmax for top_k=1 (what sampling the top-1 token gives),
+        else a sample from the top_k (all if None) at this temperature."""
+        if top_k == 1:
+            return logits.argmax(-1)
+        logits = logits.float() / temperature
+        if top_k is not None:
+            v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+            logits = logits.masked_fill(logits < v[:, -1:], -float("inf"))
+        return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1).view(-1)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
@@ -543,15 +561,7 @@ class MixiT(nn.Module):
                             cache.pos = 0
                         start = max(0, end - T)
                         logits = self(out[:, start:end], cache=cache)[0][:, -1]
-                    if top_k == 1:
-                        idx_next = logits.argmax(-1)  # what sampling from the top-1 token gives
-                    else:
-                        logits = logits.float() / temperature
-                        if top_k is not None:
-                            v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                            logits = logits.masked_fill(logits < v[:, -1:], -float("inf"))
-                        idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1).view(B)
-                    out[:, end] = idx_next
+                    out[:, end] = self._sample(logits, temperature, top_k)
         finally:
             if threads:
                 torch.set_num_threads(threads)
