@@ -496,11 +496,7 @@ class MixiT(nn.Module):
         hd = C // H
         if self.wpe is not None:
             x = x + self.wpe.weight[pos]
-        eps = self.norm.eps_t  # every norm's; their gains are folded into the weights
-        if x.is_cpu and x.dtype == torch.float32:  # what RMSNorm(x, gain=False) runs, less its dispatch
-            norm = lambda x: rms_norm_cpu(x, None, eps)[0]
-        else:
-            norm = lambda x: self.norm(x, gain=False)
+        norm = lambda x: self.norm(x, gain=False)  # every norm is the same but for its gain, folded into the weights
         for attn, rotary, act, s, qkv, o, up, down in layers:
             z = linear(norm(x), qkv)
             if rotary is None:  # MixiT: row pos of its fixed matrices against every cached value
