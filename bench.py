@@ -128,7 +128,18 @@ class Env:
         if self.cuda:
             torch.cuda.set_device(self.device)
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        self.peak = peak_flops(self.device, self.dtype)
+        peak_flops(self.device, self.dtype)  # a CPU measures its peak now (about 2 s), and again as steps are timed
+
+    def measure_peak(self):
+        """On a CPU, measure the matmul peak once more (a quarter second) beside the steps being timed: a shared
+        CPU's speed changes by the minute, and the best rate seen in the run is its peak."""
+        if not self.cuda:
+            peak_flops(self.device, self.dtype, seconds=0.25)
+
+    @property
+    def peak(self):
+        """The device's peak FLOP/s: for a CPU the best rate of the matmuls measured so far in this run."""
+        return peak_flops(self.device, self.dtype, seconds=0)
 
     def autocast(self):
         return nullcontext() if self.dtype == torch.float32 else torch.autocast(self.device.type, self.dtype)
@@ -188,10 +199,11 @@ def make_model(config, env, attn_name, task=None, **overrides):
 
 def bench_train(config, env, attn_name, task=None):
     """Time training steps of one variant; returns its row of the table."""
+    env.measure_peak()
     mem0 = env.reset_memory()
     model = make_model(config, env, attn_name, task)
     B, T, V = config["batch_size"], model.config.block_size, model.config.vocab_size
-    optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), env.device.type)  # fused AdamW on CUDA
+    optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), env.device.type)  # fused AdamW
     train_model = torch.compile(model) if env.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
     batches = iter(range(sys.maxsize))
@@ -224,20 +236,30 @@ def bench_train(config, env, attn_name, task=None):
     state = sum(t.nbytes for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))
     grads = sum(p.grad.nbytes for p in params if p.grad is not None)
     flops = model.flops_per_token(T) * B * T / dt
-    return {"attn": attn_name, "T": T, "B": B, "C": model.config.n_embd, "ms": dt * 1e3, "tok/s": B * T / dt,
-            "GFLOP/s": flops / 1e9, "mfu": flops / env.peak if env.peak else None,
-            "mem": env.peak_memory(mem0), "state": state, "grads": grads, "frozen": sum(p.numel() for p in frozen)}
+    row = {"attn": attn_name, "T": T, "B": B, "C": model.config.n_embd, "ms": dt * 1e3, "tok/s": B * T / dt,
+           "GFLOP/s": flops / 1e9, "mem": env.peak_memory(mem0), "state": state, "grads": grads,
+           "frozen": sum(p.numel() for p in frozen)}
+    env.measure_peak()
+    return row
 
 
-def print_train(rows):
+def mfu(row, env):
+    """Model FLOPs utilization of a timed row against the device's peak as it stands at the end: for a CPU
+    the best matmul rate seen while every row was timed, as the row's time is its best repeat."""
+    return row["GFLOP/s"] * 1e9 / env.peak if env.peak else None
+
+
+def print_train(rows, env):
     mib = lambda n: f"{n / 2 ** 20:9.2f}"
     print(f"{'variant':<10} {'ms/iter':>9} {'tok/s':>11} {'GFLOP/s':>8} {'MFU':>6} {'peak MiB':>9} "
           f"{'Adam MiB':>9} {'grad MiB':>9} {'frozen':>9}")
     for r in rows:
-        mfu = "n/a" if r["mfu"] is None else f"{r['mfu'] * 100:5.1f}%"
-        print(f"{r['attn']:<10} {r['ms']:9.2f} {r['tok/s']:11,.0f} {r['GFLOP/s']:8.1f} {mfu:>6} {mib(r['mem'])} "
+        util = "n/a" if mfu(r, env) is None else f"{mfu(r, env) * 100:5.1f}%"
+        print(f"{r['attn']:<10} {r['ms']:9.2f} {r['tok/s']:11,.0f} {r['GFLOP/s']:8.1f} {util:>6} {mib(r['mem'])} "
               f"{mib(r['state'])} {mib(r['grads'])} {r['frozen']:9,d}")
-    print("frozen parameters carry no gradient and no optimizer state (checked)")
+    peak = "unknown" if env.peak is None else f"{env.peak / 1e9:,.1f} GFLOP/s"
+    print(f"frozen parameters carry no gradient and no optimizer state (checked); MFU against a peak of {peak}"
+          + ("" if env.cuda else ", the best 1024^3 matmul rate measured during the run"))
 
 
 def run_sweep(config, env, task_for):
@@ -252,7 +274,7 @@ def run_sweep(config, env, task_for):
     print(f"\n{key} sweep ({tokens:,} tokens per step{' over batch x T' if key == 'block_size' else ''}): tok/s, MFU")
     print(f"{key:>10} " + " ".join(f"{a:>20}" for a in table))
     for i, v in enumerate(values):
-        cells = [f"{table[a][i]['tok/s']:11,.0f} {table[a][i]['mfu'] * 100 if env.peak else 0:6.1f}%" for a in table]
+        cells = [f"{table[a][i]['tok/s']:11,.0f} {(mfu(table[a][i], env) or 0) * 100:6.1f}%" for a in table]
         print(f"{v:>10} " + " ".join(f"{c:>20}" for c in cells))
     import matplotlib
     import matplotlib.ticker
@@ -336,7 +358,7 @@ def main(argv):
         r = rows[0]
         print(f"\n{config['n_layer']} layers, width {r['C']}, {config['n_head']} heads, T={r['T']}, batch {r['B']}, "
               f"vocab {task.vocab_size if task else config['vocab_size']}: training steps")
-        print_train(rows)
+        print_train(rows, env)
     if tasks:
         bench_tasks(config, env, tasks)
     if config["gen_new_tokens"]:

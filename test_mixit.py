@@ -4,6 +4,7 @@ import hashlib
 import math
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -339,6 +340,21 @@ def test_bf16_autocast_training_runs_and_saves_fp32_weights(tmp_path, attn):
                      "--eval_interval=4", *FAST) == 0
     assert math.isfinite(read_metrics(tmp_path)[-1]["val_loss"])
     assert all(v.dtype == torch.float32 for v in load_ckpt(tmp_path)["model"].values() if v.is_floating_point())
+
+
+@pytest.mark.skipif(not any(map(shutil.which, ("g++", "c++", "clang++"))),
+                    reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_training_matches_eager_and_saves_a_clean_state_dict(tmp_path):
+    """--compile=True (TorchInductor's C++ kernels on CPU; the CUDA path's code) trains like the eager model, and
+    the checkpoint holds the uncompiled module's keys. Fused AdamW runs in every training test (CPU and CUDA)."""
+    for mode in ("False", "True"):
+        assert run_train(tmp_path / mode, "--task=memorize_4", "--attn=frozen_qk", "--max_iters=3",
+                         "--eval_interval=3", f"--compile={mode}", *FAST) == 0
+    eager, compiled = read_metrics(tmp_path / "False")[-1], read_metrics(tmp_path / "True")[-1]
+    for key in ("train_loss", "val_loss", "val_acc"):
+        assert compiled[key] == pytest.approx(eager[key], rel=1e-4, abs=1e-5)
+    a, b = load_ckpt(tmp_path / "False")["model"], load_ckpt(tmp_path / "True")["model"]
+    assert list(a) == list(b) and all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
 
 
 def test_comparison_writes_table_and_plot(tmp_path, capsys):
