@@ -130,12 +130,6 @@ class Env:
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         peak_flops(self.device, self.dtype)  # a CPU measures its peak now (about 2 s), and again as steps are timed
 
-    def measure_peak(self):
-        """On a CPU, measure the matmul peak once more (a quarter second) beside the steps being timed: a shared
-        CPU's speed changes by the minute, and the best rate seen in the run is its peak."""
-        if not self.cuda:
-            peak_flops(self.device, self.dtype, seconds=0.25)
-
     @property
     def peak(self):
         """The device's peak FLOP/s: for a CPU the best rate of the matmuls measured so far in this run."""
@@ -154,6 +148,8 @@ class Env:
             fn()
         best = float("inf")
         for _ in range(repeats):
+            if not self.cuda:  # the CPU's matmul peak beside each repeat (a quarter second): a shared CPU's
+                peak_flops(self.device, self.dtype, seconds=0.25)  # speed changes by the minute; the best counts
             self.sync()
             t0 = time.perf_counter()
             for _ in range(n):
@@ -199,7 +195,6 @@ def make_model(config, env, attn_name, task=None, **overrides):
 
 def bench_train(config, env, attn_name, task=None):
     """Time training steps of one variant; returns its row of the table."""
-    env.measure_peak()
     mem0 = env.reset_memory()
     model = make_model(config, env, attn_name, task)
     B, T, V = config["batch_size"], model.config.block_size, model.config.vocab_size
@@ -236,11 +231,9 @@ def bench_train(config, env, attn_name, task=None):
     state = sum(t.nbytes for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))
     grads = sum(p.grad.nbytes for p in params if p.grad is not None)
     flops = model.flops_per_token(T) * B * T / dt
-    row = {"attn": attn_name, "T": T, "B": B, "C": model.config.n_embd, "ms": dt * 1e3, "tok/s": B * T / dt,
-           "GFLOP/s": flops / 1e9, "mem": env.peak_memory(mem0), "state": state, "grads": grads,
-           "frozen": sum(p.numel() for p in frozen)}
-    env.measure_peak()
-    return row
+    return {"attn": attn_name, "T": T, "B": B, "C": model.config.n_embd, "ms": dt * 1e3, "tok/s": B * T / dt,
+            "GFLOP/s": flops / 1e9, "mem": env.peak_memory(mem0), "state": state, "grads": grads,
+            "frozen": sum(p.numel() for p in frozen)}
 
 
 def mfu(row, env):
