@@ -181,12 +181,13 @@ class Rotary(nn.Module):
         self.register_buffer("cos", torch.cat((cos, cos), -1).unsqueeze(1), persistent=False)  # (T, 1, hd)
         self.register_buffer("sin", torch.cat((-sin, sin), -1).unsqueeze(1), persistent=False)
 
-    def forward(self, x, pos):  # x (B, t, n, hd) at absolute positions pos .. pos+t-1, n heads
+    def forward(self, x, pos, swapped=None):  # x (B, t, n, hd) at absolute positions pos .. pos+t-1, n heads
         t = x.size(1)
         cos, sin = self.cos[pos:pos + t], self.sin[pos:pos + t]  # (t, 1, hd)
         if cos.dtype != x.dtype:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-        swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2, x1]: one copy, where roll is three ops
+        if swapped is None:  # [x2, x1]: one copy, where roll is three ops; generation's projection gives it
+            swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
         return torch.addcmul(x * cos, swapped, sin)  # [x1, x2] * cos + [x2, x1] * sin
 
 
@@ -478,7 +479,7 @@ class MixiT(nn.Module):
                 wqk = wqk * scale[:, None]
                 w = torch.cat((wqk, w, swap(wqk)))
                 b = None if b is None else torch.cat((bqk * scale, b, swap(bqk * scale)))
-                rotary = attn.rotary.cos, attn.rotary.sin  # (T, 1, hd) each
+                rotary = attn.rotary
             layers.append((attn, rotary, mlp.act, block.s, pack(w, b, block.norm1.weight),
                            pack(*attn.o.folded(), out_scale=block.r), pack(*mlp.up.folded(), block.norm2.weight),
                            pack(*mlp.down.folded(mlp.in_scale), out_scale=block.r)))
@@ -504,11 +505,9 @@ class MixiT(nn.Module):
                 _, v = cache.update(attn.layer, None, z.view(B, H, 1, hd))
                 y = attn.mixing_as(v.dtype)[:, pos:pos + 1, :pos + 1] @ v  # (B, H, 1, hd)
             else:
-                cos, sin = rotary[0][pos], rotary[1][pos]  # (1, hd)
-                if cos.dtype != z.dtype:
-                    cos, sin = cos.to(z.dtype), sin.to(z.dtype)
-                qk, v, swapped = z.view(B, 5 * H, 1, hd).split_with_sizes((2 * H, H, 2 * H), 1)
-                q, k = torch.addcmul(qk * cos, swapped, sin).split_with_sizes((H, H), 1)  # rotated: (B, H, 1, hd)
+                qk, v, swapped = z.view(B, 1, 5 * H, hd).split_with_sizes((2 * H, H, 2 * H), 2)
+                q, k = rotary(qk, pos, swapped).transpose(1, 2).split_with_sizes((H, H), 1)  # (B, H, 1, hd)
+                v = v.transpose(1, 2)
                 k, v = cache.update(attn.layer, k, v)  # (B, H, pos+1, hd)
                 # one query: two matrix-vector products per head beat SDPA's setup; q carries the scale
                 y = torch.bmm(torch.bmm(q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2)).softmax(-1), v.flatten(0, 1))
