@@ -23,6 +23,7 @@ import time
 from contextlib import nullcontext
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from data import make_task
 from mixit import ATTNS, COLORS, MixiT, MixiTConfig, peak_flops, tune_cpu_malloc
@@ -49,6 +50,7 @@ repeats = 3  # the best repeat is reported
 sweep = ""  # '' | block_size | n_embd
 tasks = "addition_10,dyck_30,retrieval_30,induction_16"  # task generators to time ('' skips)
 train = True  # time training steps (--train=False --tasks='' times generation alone)
+matmuls = True  # also time the step's matmuls alone: how much of the step runs at the matmul library's rate
 gen_block_size = 256  # generation with and without the KV cache: a prompt of gen_block_size - gen_new_tokens
 gen_new_tokens = 200  # tokens, then gen_new_tokens greedy ones (0 skips)
 gen_prompt = 0  # prompt tokens instead (1 .. gen_block_size); 0: gen_block_size - gen_new_tokens
@@ -212,14 +214,14 @@ def bench_train(config, env, attn_name, task=None):
             return x.pin_memory().to(env.device, non_blocking=True), y.pin_memory().to(env.device, non_blocking=True)
         return x, y
 
-    def forward_backward():
+    def forward_backward(net=train_model):
         x, y = get_batch()
         with env.autocast():
-            _, loss = train_model(x, y)
+            _, loss = net(x, y)
         loss.backward()  # never read back: no host-device sync per step
 
-    def step():
-        forward_backward()
+    def step(net=train_model):
+        forward_backward(net)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -231,9 +233,57 @@ def bench_train(config, env, attn_name, task=None):
     state = sum(t.nbytes for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))
     grads = sum(p.grad.nbytes for p in params if p.grad is not None)
     flops = model.flops_per_token(T) * B * T / dt
-    return {"attn": attn_name, "T": T, "B": B, "C": model.config.n_embd, "ms": dt * 1e3, "tok/s": B * T / dt,
-            "GFLOP/s": flops / 1e9, "mem": env.peak_memory(mem0), "state": state, "grads": grads,
-            "frozen": sum(p.numel() for p in frozen)}
+    row = {"attn": attn_name, "T": T, "B": B, "C": model.config.n_embd, "ms": dt * 1e3, "tok/s": B * T / dt,
+           "GFLOP/s": flops / 1e9, "mem": env.peak_memory(mem0), "state": state, "grads": grads,
+           "frozen": sum(p.numel() for p in frozen)}
+    if config["matmuls"]:  # after the memory window (the replay's operands are not the step's); recorded from
+        # the eager model, whose matmuls are each visible: a compiled one runs the same shapes
+        mm_seconds, mm_flops = matmuls_alone(lambda: step(model), env, config["iters"], config["repeats"])
+        row.update({"mm ms": mm_seconds * 1e3, "mm GFLOP/s": mm_flops / mm_seconds / 1e9})
+    return row
+
+
+MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+           torch.ops.aten.baddbmm.default)
+
+
+class MatmulRecorder(TorchDispatchMode):
+    """Inside `with`: every matmul the step runs, as (op, its arguments with tensors as (shape, stride, dtype),
+    keyword arguments, FLOPs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in MATMULS:
+            spec = lambda a: (tuple(a.shape), a.stride(), a.dtype) if torch.is_tensor(a) else a
+            k = [a for a in args if torch.is_tensor(a)][-1].size(-2)  # mat2 is (.., K, N)
+            self.calls.append((func, [spec(a) for a in args], kwargs or {}, 2 * out.numel() * k))
+        return out
+
+
+def matmuls_alone(step, env, n, repeats):
+    """The step's matmuls (mm, addmm, bmm, baddbmm) replayed alone at the same shapes, strides and dtypes:
+    (seconds, FLOPs) per step. Everything else a step does is time spent outside the matmul peak."""
+    recorder = MatmulRecorder()
+    with recorder:
+        step()
+    operands = {}
+
+    def operand(a):  # one random tensor per (shape, stride, dtype), shared by the calls that have it
+        if not (isinstance(a, tuple) and len(a) == 3 and isinstance(a[2], torch.dtype)):
+            return a
+        if a not in operands:
+            shape, stride, dtype = a
+            size = 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+            operands[a] = torch.randn(size, device=env.device).to(dtype).as_strided(shape, stride)
+        return operands[a]
+
+    calls = [(func, [operand(a) for a in args], kwargs) for func, args, kwargs, _ in recorder.calls]
+    seconds = env.best_time(lambda: [func(*args, **kwargs) for func, args, kwargs in calls], n, repeats, warmup=1)
+    return seconds, sum(flops for *_, flops in recorder.calls)
 
 
 def mfu(row, env):
@@ -244,15 +294,21 @@ def mfu(row, env):
 
 def print_train(rows, env):
     mib = lambda n: f"{n / 2 ** 20:9.2f}"
+    percent = lambda x: "n/a" if x is None else f"{x * 100:5.1f}%"
+    matmuls = "mm ms" in rows[0]
     print(f"{'variant':<10} {'ms/iter':>9} {'tok/s':>11} {'GFLOP/s':>8} {'MFU':>6} {'peak MiB':>9} "
-          f"{'Adam MiB':>9} {'grad MiB':>9} {'frozen':>9}")
+          f"{'Adam MiB':>9} {'grad MiB':>9} {'frozen':>9}" + (f" {'mm ms':>8} {'mm/step':>7} {'mm MFU':>6}" * matmuls))
     for r in rows:
-        util = "n/a" if mfu(r, env) is None else f"{mfu(r, env) * 100:5.1f}%"
-        print(f"{r['attn']:<10} {r['ms']:9.2f} {r['tok/s']:11,.0f} {r['GFLOP/s']:8.1f} {util:>6} {mib(r['mem'])} "
-              f"{mib(r['state'])} {mib(r['grads'])} {r['frozen']:9,d}")
+        print(f"{r['attn']:<10} {r['ms']:9.2f} {r['tok/s']:11,.0f} {r['GFLOP/s']:8.1f} {percent(mfu(r, env)):>6} "
+              f"{mib(r['mem'])} {mib(r['state'])} {mib(r['grads'])} {r['frozen']:9,d}"
+              + (f" {r['mm ms']:8.2f} {percent(r['mm ms'] / r['ms']):>7} "
+                 f"{percent(env.peak and r['mm GFLOP/s'] * 1e9 / env.peak):>6}" if matmuls else ""))
     peak = "unknown" if env.peak is None else f"{env.peak / 1e9:,.1f} GFLOP/s"
     print(f"frozen parameters carry no gradient and no optimizer state (checked); MFU against a peak of {peak}"
           + ("" if env.cuda else ", the best 1024^3 matmul rate measured during the run"))
+    if matmuls:
+        print("mm: the step's matmuls replayed alone at the same shapes (mm/step: their share of the step; "
+              "mm MFU: their own rate against the peak, the bound that the matmul library sets at this size)")
 
 
 def run_sweep(config, env, task_for):
@@ -261,7 +317,8 @@ def run_sweep(config, env, task_for):
     values = SWEEPS[key, env.device.type]
     table = {a: [] for a in config["attn"]}
     for v in values:
-        point = {**config, key: v, **({"batch_size": max(1, tokens // v)} if key == "block_size" else {})}
+        point = {**config, key: v, "matmuls": False,
+                 **({"batch_size": max(1, tokens // v)} if key == "block_size" else {})}
         for a in config["attn"]:
             table[a].append(bench_train(point, env, a, task_for(point["block_size"])))
     print(f"\n{key} sweep ({tokens:,} tokens per step{' over batch x T' if key == 'block_size' else ''}): tok/s, MFU")
@@ -306,7 +363,8 @@ def bench_tasks(config, env, tasks):
         seeds = iter(range(sys.maxsize))
         dt = env.best_time(lambda: task.get_batch("train", config["batch_size"], seed=[0, next(seeds)]),
                            config["iters"], config["repeats"], warmup=1)
-        step = bench_train({**config, "iters": max(2, config["iters"] // 2)}, env, "mixing", task)["ms"] / 1e3
+        feeds = {**config, "iters": max(2, config["iters"] // 2), "matmuls": False}
+        step = bench_train(feeds, env, "mixing", task)["ms"] / 1e3
         print(f"{name:<14} {task.block_size:>4} {1 / dt:10.1f} {step * 1e3:8.2f} {step / dt:6.1f}x")
 
 

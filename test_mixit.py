@@ -373,10 +373,10 @@ def test_torchrun_two_processes_match_one_with_accumulation(tmp_path):
               "--gradient_accumulation_steps=2", *FAST]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    subprocess.run(torchrun + common + [f"--out_dir={tmp_path / 'ddp'}"], cwd=HERE, env=env, check=True,
-                   capture_output=True, timeout=240)
-    subprocess.run([sys.executable] + common + [f"--out_dir={tmp_path / 'one'}"], cwd=HERE, env=env, check=True,
-                   capture_output=True, timeout=240)
+    for launcher, out in ((torchrun, "ddp"), ([sys.executable], "one")):
+        proc = subprocess.run(launcher + common + [f"--out_dir={tmp_path / out}"], cwd=HERE, env=env,
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, f"{out} run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     for attn in ATTNS:
         run = f"addition_2-{attn}"
         ddp, one = read_metrics(tmp_path / "ddp" / run), read_metrics(tmp_path / "one" / run)
@@ -863,7 +863,7 @@ def test_bench_prints_every_column_and_checks_frozen_state(capsys, tmp_path, mon
     assert bench.cli(tiny + ["--tasks=addition_2", "--gen_block_size=24", "--gen_new_tokens=4"]) == 0
     out = capsys.readouterr().out
     for column in ("ms/iter", "tok/s", "GFLOP/s", "MFU", "peak MiB", "Adam MiB", "grad MiB", "frozen",
-                   "batches/s", "cached tok/s", "uncached tok/s", "speedup", "same tokens",
+                   "batches/s", "cached tok/s", "uncached tok/s", "speedup", "same tokens", "mm ms", "mm MFU",
                    "no gradient and no optimizer state"):
         assert column in out
     assert all(a in out for a in ATTNS) and " NO" not in out
@@ -873,6 +873,22 @@ def test_bench_prints_every_column_and_checks_frozen_state(capsys, tmp_path, mon
     assert "ms/iter" not in out and "after a 1-token prompt" in out and out.count(" yes") == 1
     assert bench.cli(tiny + ["--sweep=block_size", "--attn=softmax,mixing"]) == 0
     assert "block_size sweep" in capsys.readouterr().out and (tmp_path / "bench_block_size.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("attn", ATTNS)
+def test_flop_count_matches_the_matmuls_autograd_runs(attn):
+    """flops_per_token, which MFU divides by, against every matmul of a real forward and backward: the linears
+    exactly (frozen W_Q/W_K without weight gradient), attention as computed (sdpa is not a matmul op; MixiT's
+    bmm is dense below 2 mixing blocks, where the count takes the causal half)."""
+    B, T = 3, 16
+    model = MixiT(MixiTConfig(vocab_size=32, block_size=T, n_layer=2, n_head=2, n_embd=16, attn=attn))
+    recorder = bench.MatmulRecorder()
+    with recorder:
+        model(torch.randint(32, (B, T)), torch.randint(32, (B, T)))[1].backward()
+    cfg, seen = model.config, (T + 1) / 2
+    attention = cfg.n_layer * cfg.n_embd * (4 * seen if attn == "mixing" else 12 * seen)  # per token, counted
+    ran = cfg.n_layer * 4 * cfg.n_embd * T if attn == "mixing" else 0  # per token: A @ V and A^T @ dY, dense
+    assert sum(flops for *_, flops in recorder.calls) == (model.flops_per_token() - attention + ran) * B * T
 
 
 @pytest.mark.parametrize("arg,message", [("--colour=1", "unknown option"), ("--iters=x", "expected int"),
