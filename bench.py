@@ -11,7 +11,9 @@ Speed of the three variants: training steps, the task generator and cached gener
 
 A training step is forward, backward, gradient clipping and an AdamW step, as in train.py. MFU counts
 the FLOPs each variant really computes (MixiT.flops_per_token) against the device's peak: a datasheet
-table for GPUs, a large matmul measured on the spot for CPUs. Time alone: on a shared CPU, run it under
+table for GPUs, a large matmul measured on the spot for CPUs. The step's matmuls are then replayed alone
+(mm columns): what share of the step runs at the matmul library's rate, and what that rate is at this size.
+Time alone: on a shared CPU, run it under
 flock /tmp/mixit_cpu.lock python bench.py
 """
 import ast
