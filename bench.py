@@ -22,6 +22,7 @@ import gc
 import resource
 import sys
 import time
+from collections import namedtuple
 from contextlib import nullcontext
 
 import torch
@@ -247,11 +248,12 @@ def bench_train(config, env, attn_name, task=None):
 
 MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
            torch.ops.aten.baddbmm.default)
+TensorSpec = namedtuple("TensorSpec", "shape stride dtype")
 
 
 class MatmulRecorder(TorchDispatchMode):
-    """Inside `with`: every matmul the step runs, as (op, its arguments with tensors as (shape, stride, dtype),
-    keyword arguments, FLOPs)."""
+    """Inside `with`: every matmul the step runs, as (op, its arguments with tensors as TensorSpec, keyword
+    arguments, FLOPs)."""
 
     def __init__(self):
         super().__init__()
@@ -260,7 +262,7 @@ class MatmulRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if func in MATMULS:
-            spec = lambda a: (tuple(a.shape), a.stride(), a.dtype) if torch.is_tensor(a) else a
+            spec = lambda a: TensorSpec(tuple(a.shape), a.stride(), a.dtype) if torch.is_tensor(a) else a
             k = [a for a in args if torch.is_tensor(a)][-1].size(-2)  # mat2 is (.., K, N)
             self.calls.append((func, [spec(a) for a in args], kwargs or {}, 2 * out.numel() * k))
         return out
@@ -274,14 +276,11 @@ def matmuls_alone(step, env, n, repeats):
         step()
     operands = {}
 
-    def operand(a):  # one random tensor per (shape, stride, dtype), shared by the calls that have it
-        if not (isinstance(a, tuple) and len(a) == 3 and isinstance(a[2], torch.dtype)):
-            return a
-        if a not in operands:
-            shape, stride, dtype = a
-            size = 1 + sum((n - 1) * s for n, s in zip(shape, stride))
-            operands[a] = torch.randn(size, device=env.device).to(dtype).as_strided(shape, stride)
-        return operands[a]
+    def operand(a):  # one random tensor per TensorSpec, shared by the calls that have it
+        if isinstance(a, TensorSpec) and a not in operands:
+            size = 1 + sum((dim - 1) * stride for dim, stride in zip(a.shape, a.stride))  # elements it spans
+            operands[a] = torch.randn(size, device=env.device).to(a.dtype).as_strided(a.shape, a.stride)
+        return operands[a] if isinstance(a, TensorSpec) else a
 
     calls = [(func, [operand(a) for a in args], kwargs) for func, args, kwargs, _ in recorder.calls]
     seconds = env.best_time(lambda: [func(*args, **kwargs) for func, args, kwargs in calls], n, repeats, warmup=1)
