@@ -35,6 +35,7 @@ import tarfile
 import threading
 import urllib.request
 import zipfile
+from abc import ABC, abstractmethod
 
 import numpy as np
 import torch
@@ -50,7 +51,7 @@ def _row_hash(seqs):
         return (seqs * weights).sum(1)
 
 
-class Task:
+class Task(ABC):
     """Fixed-length integer sequences (B, L): x = seq[:, :-1], y = seq[:, 1:] where scored, else -1."""
 
     n_classes, causal, pad_id = 0, True, -1  # a language-model task over the task vocabulary
@@ -62,9 +63,9 @@ class Task:
     def __init__(self, name, vocab_size, seq_len):
         self.name, self.vocab_size, self.block_size = name, vocab_size, seq_len - 1
 
+    @abstractmethod
     def scored(self, seqs):
         """(n, L-1) bool: is the prediction made at position t (of token t+1) scored?"""
-        raise NotImplementedError
 
     def xy(self, seqs):
         seqs = torch.from_numpy(np.ascontiguousarray(seqs, dtype=np.int64))
@@ -72,11 +73,13 @@ class Task:
         y[~torch.from_numpy(self.scored(seqs.numpy()))] = -1
         return x.contiguous(), y
 
+    @abstractmethod
     def train_rows(self, rng, n):
-        raise NotImplementedError
+        """(n, L) int64 fresh training sequences drawn with rng."""
 
+    @abstractmethod
     def split_rows(self, split):
-        raise NotImplementedError
+        """(N, L) the fixed sequences of a split."""
 
     def get_batch(self, split, batch_size, seed=0):
         """A batch drawn from seed: fresh training sequences, or random rows of a fixed split."""
@@ -112,9 +115,9 @@ class StreamTask(Task):
         self.test = self.sample(np.random.default_rng(TEST_SEED), N_TEST)  # duplicates kept, as the reference
         self.test_hashes = np.unique(_row_hash(self.test))
 
+    @abstractmethod
     def sample(self, rng, n):
         """(n, L) int64 sequences drawn from the task distribution."""
-        raise NotImplementedError
 
     def split_rows(self, split):
         if split != "test":
