@@ -260,11 +260,12 @@ class MatmulRecorder(TorchDispatchMode):
         self.calls = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
         if func in MATMULS:
             spec = lambda a: TensorSpec(tuple(a.shape), a.stride(), a.dtype) if torch.is_tensor(a) else a
             k = [a for a in args if torch.is_tensor(a)][-1].size(-2)  # mat2 is (.., K, N)
-            self.calls.append((func, [spec(a) for a in args], kwargs or {}, 2 * out.numel() * k))
+            self.calls.append((func, [spec(a) for a in args], kwargs, 2 * out.numel() * k))
         return out
 
 
@@ -277,20 +278,22 @@ def matmuls_alone(step, env, n, repeats):
     operands = {}
 
     def operand(a):  # one random tensor per TensorSpec, shared by the calls that have it
-        if isinstance(a, TensorSpec) and a not in operands:
+        if not isinstance(a, TensorSpec):
+            return a
+        if a not in operands:
             size = 1 + sum((dim - 1) * stride for dim, stride in zip(a.shape, a.stride))  # elements it spans
             operands[a] = torch.randn(size, device=env.device).to(a.dtype).as_strided(a.shape, a.stride)
-        return operands[a] if isinstance(a, TensorSpec) else a
+        return operands[a]
 
     calls = [(func, [operand(a) for a in args], kwargs) for func, args, kwargs, _ in recorder.calls]
     seconds = env.best_time(lambda: [func(*args, **kwargs) for func, args, kwargs in calls], n, repeats, warmup=1)
     return seconds, sum(flops for *_, flops in recorder.calls)
 
 
-def mfu(row, env):
-    """Model FLOPs utilization of a timed row against the device's peak as it stands at the end: for a CPU
-    the best matmul rate seen while every row was timed, as the row's time is its best repeat."""
-    return row["GFLOP/s"] * 1e9 / env.peak if env.peak else None
+def mfu(gflops, env):
+    """Utilization of a rate in GFLOP/s against the device's peak as it stands at the end: for a CPU the best
+    matmul rate seen while every row was timed, as a row's time is its best repeat."""
+    return gflops * 1e9 / env.peak if env.peak else None
 
 
 def print_train(rows, env):
@@ -300,10 +303,10 @@ def print_train(rows, env):
     print(f"{'variant':<10} {'ms/iter':>9} {'tok/s':>11} {'GFLOP/s':>8} {'MFU':>6} {'peak MiB':>9} "
           f"{'Adam MiB':>9} {'grad MiB':>9} {'frozen':>9}" + (f" {'mm ms':>8} {'mm/step':>7} {'mm MFU':>6}" * matmuls))
     for r in rows:
-        print(f"{r['attn']:<10} {r['ms']:9.2f} {r['tok/s']:11,.0f} {r['GFLOP/s']:8.1f} {percent(mfu(r, env)):>6} "
-              f"{mib(r['mem'])} {mib(r['state'])} {mib(r['grads'])} {r['frozen']:9,d}"
+        print(f"{r['attn']:<10} {r['ms']:9.2f} {r['tok/s']:11,.0f} {r['GFLOP/s']:8.1f} "
+              f"{percent(mfu(r['GFLOP/s'], env)):>6} {mib(r['mem'])} {mib(r['state'])} {mib(r['grads'])} {r['frozen']:9,d}"
               + (f" {r['mm ms']:8.2f} {percent(r['mm ms'] / r['ms']):>7} "
-                 f"{percent(env.peak and r['mm GFLOP/s'] * 1e9 / env.peak):>6}" if matmuls else ""))
+                 f"{percent(mfu(r['mm GFLOP/s'], env)):>6}" if matmuls else ""))
     peak = "unknown" if env.peak is None else f"{env.peak / 1e9:,.1f} GFLOP/s"
     print(f"frozen parameters carry no gradient and no optimizer state (checked); MFU against a peak of {peak}"
           + ("" if env.cuda else ", the best 1024^3 matmul rate measured during the run"))
@@ -325,7 +328,7 @@ def run_sweep(config, env, task_for):
     print(f"\n{key} sweep ({tokens:,} tokens per step{' over batch x T' if key == 'block_size' else ''}): tok/s, MFU")
     print(f"{key:>10} " + " ".join(f"{a:>20}" for a in table))
     for i, v in enumerate(values):
-        cells = [f"{table[a][i]['tok/s']:11,.0f} {(mfu(table[a][i], env) or 0) * 100:6.1f}%" for a in table]
+        cells = [f"{table[a][i]['tok/s']:11,.0f} {(mfu(table[a][i]['GFLOP/s'], env) or 0) * 100:6.1f}%" for a in table]
         print(f"{v:>10} " + " ".join(f"{c:>20}" for c in cells))
     import matplotlib
     import matplotlib.ticker

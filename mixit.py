@@ -106,13 +106,15 @@ class Linear(nn.Linear):
         evaluation) the folded copy is kept until the weights change: a decoded token would pay for it."""
         if self.mult * in_scale == 1.0 and (self.bias is None or self.mult == 1.0):
             return self.weight, self.bias
+        w, b = self.weight, self.bias
+        fold = lambda: (w * (self.mult * in_scale), None if b is None else b * self.mult)
         if torch.is_grad_enabled() or torch.compiler.is_compiling():
             self._folded = (None, None)
-            return self.weight * (self.mult * in_scale), None if self.bias is None else self.bias * self.mult
-        w, b = self.weight, self.bias
-        key = (in_scale, w.data_ptr(), w._version, b is None or (b.data_ptr(), b._version), torch.is_inference_mode_enabled())
+            return fold()
+        key = (in_scale, w.data_ptr(), w._version, b is None or (b.data_ptr(), b._version),
+               torch.is_inference_mode_enabled())
         if self._folded[0] != key:
-            self._folded = (key, (self.weight * (self.mult * in_scale), None if self.bias is None else self.bias * self.mult))
+            self._folded = (key, fold())
         return self._folded[1]
 
     def forward(self, x, in_scale=1.0):
