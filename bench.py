@@ -309,7 +309,7 @@ def print_train(rows, env):
                  f"{percent(mfu(r['mm GFLOP/s'], env)):>6}" if matmuls else ""))
     peak = "unknown" if env.peak is None else f"{env.peak / 1e9:,.1f} GFLOP/s"
     print(f"frozen parameters carry no gradient and no optimizer state (checked); MFU against a peak of {peak}"
-          + ("" if env.cuda else ", the best 1024^3 matmul rate measured during the run"))
+          + ("" if env.cuda else ", the best rate of 1024^3 matmuls (0.1 s back to back) measured during the run"))
     if matmuls:
         print("mm: the step's matmuls replayed alone at the same shapes (mm/step: their share of the step; "
               "mm MFU: their own rate against the peak, the bound that the matmul library sets at this size)")

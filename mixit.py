@@ -614,9 +614,11 @@ _measured_peak, _peak_operands = {}, {}
 
 def peak_flops(device, dtype=torch.float32, seconds=2.0):
     """Peak FLOP/s of a device for matmuls in dtype: a datasheet table for GPUs (fp32 means TF32), measured
-    on CPUs (1024^3 matmuls for about `seconds`, at most 55), None when unknown. A CPU's figure is the best
-    rate seen in this process: on a shared machine a later call with seconds > 0 measures again, so that a
-    peak taken while a neighbour held the cores is replaced; seconds=0 returns the figure as it stands."""
+    on CPUs (1024^3 matmuls for about `seconds`), None when unknown. A CPU's rate is that of back-to-back
+    groups of matmuls of about 0.1 s, as a training step is timed by the mean of several: a single call's
+    fastest time would count the rare moments a shared machine is quiet. The figure is the best rate seen in
+    this process: a later call with seconds > 0 measures again, so that a peak taken while a neighbour held
+    the cores is replaced; seconds=0 returns the figure as it stands."""
     device = torch.device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -632,14 +634,19 @@ def peak_flops(device, dtype=torch.float32, seconds=2.0):
         if dtype not in _peak_operands:  # kept: measuring again allocates nothing (bench.py reads the peak RSS)
             _peak_operands[dtype] = torch.randn(3, n, n).to(dtype).unbind()
         a, b, out = _peak_operands[dtype]
-        times, start = [], time.perf_counter()
-        for i in range(55):
+        # a @ b^T through the linears' own kernel (bf16 on an AVX2 CPU: 19 GFLOP/s; torch.mm's path: 0.9)
+        matmul = lambda: torch.ops.aten.linear.out(a, b, None, out=out)
+        matmul()  # warm-up
+        t0 = time.perf_counter()
+        matmul()
+        calls = max(1, round(0.1 / (time.perf_counter() - t0)))  # per group
+        best, start = float("inf"), time.perf_counter()
+        for group in range(8):
             t0 = time.perf_counter()
-            # a @ b^T through the linears' own kernel (bf16 on an AVX2 CPU: 19 GFLOP/s; torch.mm's path: 0.9)
-            torch.ops.aten.linear.out(a, b, None, out=out)
-            times.append(time.perf_counter() - t0)
-            if i >= 2 and time.perf_counter() - start > seconds:  # enough (and no fast kernels for dtype: soon)
+            for _ in range(calls):
+                matmul()
+            best = min(best, (time.perf_counter() - t0) / calls)
+            if group >= 1 and time.perf_counter() - start > seconds:
                 break
-        best = min(times[5:] or times[1:])  # past the warm-up; the best of many rides out noise
         _measured_peak[key] = max(_measured_peak.get(key, 0.0), 2 * n ** 3 / best)
     return _measured_peak[key]
