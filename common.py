@@ -1,0 +1,395 @@
+"""
+What every mixit script shares and the model does not need: the configurator, the device, dtype and
+process set-up, the peak FLOP/s of the hardware, checkpoint loading and plot set-up.
+"""
+import ast
+import datetime
+import hashlib
+import os
+import signal
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+
+# ----------------------------------------------------------------------------- errors and the command line
+
+
+class ConfigError(Exception):
+    """Bad input: reported in one line, exit status 2."""
+
+
+class TrainingError(Exception):
+    """A run that cannot go on (a non-finite loss, out of memory, ranks that disagree): one line, exit status 1."""
+
+
+class Interrupted(Exception):
+    """Stopped by a signal after writing a checkpoint; args[0] is the signal number."""
+
+
+class Stop:
+    """SIGTERM and Ctrl-C set a flag: the run checkpoints after the current step and exits. A second Ctrl-C
+    stops at once."""
+
+    def __init__(self):
+        self.signum = 0
+        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def handle(self, signum, frame):
+        if self.signum == signal.SIGINT == signum:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def restore(self):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def cli(main, argv):
+    """Run main(argv): bad input ends in one line on stderr and exit status 2, a run that cannot go on in one
+    line and status 1, a SIGTERM or Ctrl-C (after its checkpoint) in 128 + the signal number; never a traceback."""
+    try:
+        main(argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except TrainingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except Interrupted as e:
+        return 128 + e.args[0]
+    return 0
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def defaults_of(namespace):
+    """The plain values (int, float, str, bool) of a script's globals: its options."""
+    return {k: v for k, v in namespace.items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
+
+
+def positive(value):
+    return None if value > 0 else "must be positive"
+
+
+def non_negative(value):
+    return None if value >= 0 else "must be zero or positive"
+
+
+def unit_interval(value):
+    return None if 0 <= value < 1 else "must lie in [0, 1)"
+
+
+class OneOf(tuple):
+    """A rule: the value must be one of these (of any type: compile takes 'auto', True or False)."""
+
+    def __call__(self, value):
+        return None if value in self else "valid: " + ", ".join(repr(v) if v == "" else str(v) for v in self)
+
+
+def parse_literal(key, text, default, rule):
+    """A --key=value text as a value: a string option takes the text as it is (unless its choices hold other
+    literals, like compile's True/False); anything else must be a Python literal (never evaluated as code)."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = None
+    if isinstance(default, str) and not (isinstance(rule, OneOf) and value in rule and value not in ("", None)):
+        return text
+    if value is None:
+        raise ConfigError(f"--{key}={text}: expected a {type(default).__name__}, like --{key}={default!r}")
+    return value
+
+
+def check(key, value, defaults, rules, source):
+    """value for option key, type-checked against its default and held to its rule."""
+    if key not in defaults:
+        raise ConfigError(f"unknown option {key!r} in {source}; valid: {', '.join(sorted(defaults))}")
+    default, rule = defaults[key], rules.get(key)
+    if isinstance(default, float) and type(value) is int:
+        value = float(value)
+    if not (isinstance(rule, OneOf) and value in rule) and type(value) is not type(default):
+        raise ConfigError(f"{key}={value!r} in {source}: expected a {type(default).__name__}, like {default!r}")
+    problem = rule(value) if rule else None
+    if problem:
+        raise ConfigError(f"{key}={value!r} in {source}: {problem}")
+    return value
+
+
+def configure(defaults, argv, rules=None, files=True):
+    """The options: defaults, then config files (Python, run as code as in nanoGPT: use files you trust) and
+    --key=value overrides, in the order given. Unknown keys, wrong types and broken rules are ConfigErrors."""
+    rules, config = rules or {}, dict(defaults)
+    for arg in argv:
+        if arg.startswith("--"):
+            key, eq, text = arg[2:].partition("=")
+            if key not in defaults:
+                raise ConfigError(f"unknown option --{key}; valid: {', '.join('--' + k for k in sorted(defaults))}")
+            if not eq:
+                raise ConfigError(f"--{key} needs a value: --{key}=...")
+            config[key] = check(key, parse_literal(key, text, defaults[key], rules.get(key)), defaults, rules, f"--{key}")
+        elif files and os.path.isfile(arg):
+            namespace = {}
+            try:
+                exec(open(arg).read(), namespace)
+            except Exception as e:
+                raise ConfigError(f"config file {arg} failed: {type(e).__name__}: {e}") from None
+            for key, value in namespace.items():
+                if not key.startswith("_") and not callable(value) and not hasattr(value, "__file__"):
+                    config[key] = check(key, value, defaults, rules, arg)
+        elif files:
+            raise ConfigError(f"config file not found: {arg} (options are written --key=value)")
+        else:
+            raise ConfigError(f"unexpected argument {arg!r}; options are written --key=value")
+    return config
+
+
+# ----------------------------------------------------------------------------- device, dtype, processes
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Env:
+    """Where this process computes: its device and autocast dtype, and its place among torchrun's processes."""
+    device: torch.device
+    dtype: torch.dtype
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    ddp: bool = False
+    control: object = None  # a gloo group on the host: agreeing on a flag costs no GPU sync
+
+    @property
+    def device_type(self):
+        return self.device.type
+
+    @property
+    def master(self):
+        return self.rank == 0
+
+    def autocast(self):
+        return nullcontext() if self.dtype == torch.float32 else torch.autocast(self.device_type, dtype=self.dtype)
+
+    def print(self, *args, **kwargs):
+        if self.master:
+            print(*args, **kwargs, flush=True)
+
+    def describe(self):
+        """The hardware behind a measurement: processes, device name, dtype, torch version."""
+        name = torch.cuda.get_device_name(self.device) if self.device_type == "cuda" else \
+            f"{self.device_type} ({torch.get_num_threads()} threads)"
+        return f"{self.world_size} x {name}, {str(self.dtype).removeprefix('torch.')}, torch {torch.__version__}"
+
+    def to_device(self, *tensors):
+        if self.device_type == "cuda":
+            return [t.pin_memory().to(self.device, non_blocking=True) for t in tensors]
+        return [t.to(self.device) for t in tensors]
+
+    def all_reduce(self, tensor):
+        if self.ddp:
+            dist.all_reduce(tensor)
+        return tensor
+
+    def agree_max(self, value):
+        """The largest of every process's integer value (a host-side collective)."""
+        if not self.ddp:
+            return value
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.control)
+        return int(t.item())
+
+    def broadcast_host(self, values):
+        """Rank 0's list of integers, on every process."""
+        if not self.ddp:
+            return values
+        t = torch.tensor(values, dtype=torch.int64)
+        dist.broadcast(t, 0, group=self.control)
+        return t.tolist()
+
+    def check_same(self, tensors, what):
+        """Under DDP every process must hold rank 0's copy of these tensors (the fixed random parts)."""
+        if not self.ddp:
+            return
+        digest = hashlib.sha256()
+        for t in tensors:
+            digest.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        mine = [int.from_bytes(digest.digest()[:7], "little")]
+        if self.agree_max(int(self.broadcast_host(mine) != mine)):
+            raise TrainingError(f"rank {self.rank}: {what} differ between processes; every rank must run the same "
+                                f"code with the same seed")
+
+
+def pick_device(name, local_rank=0, ddp=False):
+    """torch.device for 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'. A CUDA device always carries its index
+    (torch.cuda.set_device needs one): 'cuda' is cuda:LOCAL_RANK, cuda:0 for a single process."""
+    valid = "auto, cpu, cuda, cuda:N, mps"
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {name!r}; valid: {valid}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={name} but CUDA is not available here; valid: cpu"
+                              + (", mps" if torch.backends.mps.is_available() else ""))
+        if device.index is None:
+            device = torch.device("cuda", local_rank)
+        elif ddp:
+            raise ConfigError(f"device={name} under torchrun: every process needs its own GPU; use device=cuda "
+                              f"(process k takes cuda:LOCAL_RANK)")
+        count = torch.cuda.device_count()
+        if device.index >= count:
+            raise ConfigError(f"device={device} but this machine has {count} GPU(s); valid: cuda:0 .. cuda:{count - 1}")
+        torch.cuda.set_device(device)
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device={name} but MPS is not available here; valid: cpu")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"unknown device {name!r}; valid: {valid}")
+    return device
+
+
+def pick_dtype(name, device):
+    """The autocast dtype: 'auto' is bfloat16 on a CUDA GPU that has it, else float32."""
+    if name == "auto":
+        name = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    if name not in DTYPES:
+        raise ConfigError(f"unknown dtype {name!r}; valid: auto, {', '.join(DTYPES)}")
+    if name == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"dtype=bfloat16 is not supported by {torch.cuda.get_device_name(device)}; "
+                          f"valid: float16, float32")
+    return DTYPES[name]
+
+
+def setup(device="auto", dtype="auto"):
+    """The Env of this process: one process, or one of several under torchrun (RANK, LOCAL_RANK and
+    WORLD_SIZE set), whose process group it joins (nccl on CUDA, gloo elsewhere)."""
+    ddp = "RANK" in os.environ
+    rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    dev = pick_device(device, local_rank, ddp)
+    env = Env(dev, pick_dtype(dtype, dev), rank, local_rank, world_size, ddp)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # float32 matmuls on the tensor cores
+        torch.backends.cudnn.allow_tf32 = True
+    if ddp:
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        timeout = datetime.timedelta(minutes=10)  # a rank that dies ends the others' waits, not hangs them
+        dist.init_process_group(backend, timeout=timeout, device_id=dev if dev.type == "cuda" else None)
+        env.control = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else dist.group.WORLD
+    return env
+
+
+def teardown(env):
+    if env.ddp and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------- peak FLOP/s
+
+# dense tensor-core peak TFLOP/s (bf16/fp16, tf32) by device name; the first substring that matches wins
+GPU_PEAK_TFLOPS = [
+    ("H100 PCIe", 756, 378), ("H100 NVL", 835, 418), ("H100", 989, 494), ("GH200", 989, 494), ("H200 NVL", 835, 418),
+    ("H200", 989, 494), ("H800", 989, 494), ("B200", 2250, 1100), ("A100", 312, 156), ("A800", 312, 156),
+    ("L40S", 362, 183), ("L40", 181, 90.5), ("L4", 121, 60), ("A10", 125, 62.5), ("RTX 4090", 165, 82.6),
+    ("RTX 3090", 71, 35.6), ("V100", 125, 15.7), ("T4", 65, 8.1),
+]
+
+
+def measure_cpu_peak(dtype, seconds=1.0, n=1024):
+    """A CPU's matmul rate: the best mean over groups of back-to-back n^3 products of about 0.1 s each (a step
+    is timed by a mean too), through the kernel the linear layers use."""
+    a, b, out = torch.randn(3, n, n).to(dtype).unbind()
+    matmul = lambda: torch.ops.aten.linear.out(a, b, None, out=out)
+    matmul()
+    t0 = time.perf_counter()
+    matmul()
+    calls = max(1, round(0.1 / (time.perf_counter() - t0)))
+    best, start = float("inf"), time.perf_counter()
+    while best == float("inf") or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            matmul()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return 2 * n ** 3 / best
+
+
+def peak_flops(device, dtype=torch.float32):
+    """Peak matmul FLOP/s of a device in dtype: the datasheet for known GPUs (float32 means TF32), measured on
+    a CPU, None when unknown."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, low, tf32 in GPU_PEAK_TFLOPS:
+            if key in name:
+                return 1e12 * (tf32 if dtype == torch.float32 else low)
+        return None
+    return measure_cpu_peak(dtype) if device.type == "cpu" else None
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+CKPT_KEYS = ("model", "model_args", "config")
+
+
+def load_checkpoint(path, device="cpu"):
+    """A train.py checkpoint as a dict, tensors and plain values only (torch.load with weights_only: it
+    runs no code); anything else is a ConfigError in one line."""
+    if not os.path.isfile(path):
+        folder = os.path.dirname(path) or "."
+        runs = sorted(d for d in os.listdir(folder) if os.path.isfile(os.path.join(folder, d, "ckpt.pt"))) \
+            if os.path.isdir(folder) else []
+        raise ConfigError(f"no checkpoint at {path}" + (f"; runs inside: {', '.join(runs)}" if runs else ""))
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:
+        reason = (str(e).strip().splitlines() or [""])[0][:120]
+        raise ConfigError(f"{path} is not a readable checkpoint ({type(e).__name__}: {reason})") from None
+    missing = [k for k in CKPT_KEYS if k not in ckpt] if isinstance(ckpt, dict) else list(CKPT_KEYS)
+    if missing:
+        raise ConfigError(f"{path} is not a mixit checkpoint (missing {', '.join(missing)})")
+    return ckpt
+
+
+def load_model(path, device="cpu"):
+    """The model of a checkpoint, in eval mode on device, and the checkpoint itself."""
+    from mixit import MixiT, MixiTConfig
+    ckpt = load_checkpoint(path, device)
+    try:
+        model = MixiT(MixiTConfig(**ckpt["model_args"]))
+        model.load_state_dict(ckpt["model"])
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ConfigError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+    return model.to(device).eval(), ckpt
+
+
+def save_checkpoint(path, model, optimizer, mconf, config, state):
+    """Write through a temporary file, fsync and a rename: a kill mid-write leaves the last checkpoint intact.
+    Tensors and plain values only, so torch.load(weights_only=True) reads it and runs no code."""
+    ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": asdict(mconf),
+            "config": config, **state, "rng": {"torch": torch.get_rng_state()}}
+    if torch.cuda.is_available():
+        ckpt["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+    with open(path + ".tmp", "wb") as f:
+        torch.save(ckpt, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+# ----------------------------------------------------------------------------- plots
+
+COLORS = {"softmax": "tab:blue", "frozen_qk": "tab:orange", "mixing": "tab:green"}  # one colour per variant
+
+
+def pyplot():
+    """matplotlib.pyplot drawing to files (no display needed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
