@@ -1,433 +1,377 @@
 """
-Speed of the three variants: training steps, the task generator and cached generation.
+One benchmark command: the three variants' training speed, MFU and memory at the paper's LM shape and at
+GPT-2 small, a context-length sweep, kernel profiles and a short train.py run of each, all in one folder.
 
-  python bench.py                               # preset algo: 2 layers, width 128, T=32, batch 256, vocab 64
-  python bench.py --preset=lm                   # small LM: 4 layers, width 256, T=256, batch 8, vocab 4096
-  python bench.py --preset=lm --data=wikitext2  # real tokens from data/wikitext2/train.bin (python data.py wikitext2)
-  python bench.py --sweep=block_size            # tok/s as the context grows, at a fixed number of tokens per step
-  python bench.py --sweep=n_embd                # ... as the width grows; both write bench_<sweep>.png
-  python bench.py --device=cuda --preset=paper  # bf16 autocast, torch.compile, fused AdamW
-  python bench.py --train=False --tasks=''      # generation alone, cached vs not (--gen_prompt=1: 1-token prompt)
+  python bench.py --device=cuda --out_dir=out_bench   # the paper shapes (about 20 minutes on one H100)
+  python bench.py --device=cpu                         # tiny shapes (about a minute on an idle CPU)
+  python bench.py --parts=calib,train --attn=mixing    # some parts, some variants
 
-A training step is forward, backward, gradient clipping and an AdamW step, as in train.py. MFU counts
-the FLOPs each variant really computes (MixiT.flops_per_token) against the device's peak: a datasheet
-table for GPUs, a large matmul measured on the spot for CPUs. The step's matmuls are then replayed alone
-(mm columns): what share of the step runs at the matmul library's rate, and what that rate is at this size.
-Time alone: on a shared CPU, run it under
-flock /tmp/mixit_cpu.lock python bench.py
+out_dir gets bench.md (every table, also printed), bench.json (the raw numbers), sweep.png, profile_<variant>.txt
+and smoke_<variant>/ with its log (the train.py runs); bench.md and bench.json are rewritten as each part ends.
+A step is what train.py does: forward and backward of gradient_accumulation_steps micro-batches of random tokens,
+gradient clipping, one fused AdamW step. MFU = flops_per_token x tokens/s / common.peak_flops (a datasheet for
+a GPU; on a CPU a matmul measured on the spot).
 """
-import ast
-import ctypes
+import datetime
 import gc
+import json
+import os
 import resource
+import statistics
+import subprocess
 import sys
 import time
-from collections import namedtuple
-from contextlib import nullcontext
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from data import make_task
-from mixit import ATTNS, COLORS, MixiT, MixiTConfig, peak_flops, tune_cpu_malloc
+from common import (COLORS, ConfigError, OneOf, TrainingError, cli, configure, defaults_of, non_negative, positive,
+                    peak_flops, pyplot, setup, teardown)
+from mixit import ATTNS, MixiT, MixiTConfig
 
 # -----------------------------------------------------------------------------
-preset = ""  # '' (the values below) | algo | lm | paper; options given on the command line win
+out_dir = "out_bench"
+parts = "calib,train,sweep,profile,smoke"  # a comma list of these
 attn = "all"  # softmax | frozen_qk | mixing, a comma list, or all
-n_layer = 2
-n_head = 4
-n_embd = 128
-block_size = 32
-batch_size = 256
-vocab_size = 64  # random tokens; a corpus brings its own
-data = "random"  # random tokens, or a task of data.make_task: a corpus prepared in data_dir (wikitext2, ...)
-data_dir = "data"
-device = "auto"  # auto (cuda if available), cpu, cuda, cuda:N
+size = "auto"  # auto (paper on CUDA, else tiny) | paper | tiny: the shapes, and what the 0s below mean
+device = "auto"  # auto, cpu, cuda, cuda:N
 dtype = "auto"  # auto (bfloat16 on CUDA, else float32), float32, bfloat16
 compile = "auto"  # auto (on for CUDA), True, False
-threads = 0  # CPU threads (torch.set_num_threads); 0 keeps torch's choice
-tune_malloc = True  # CPU: mixit.tune_cpu_malloc(), glibc keeps freed memory instead of page-faulting it back
-warmup_iters = 3
-iters = 10  # timed steps per repeat
-repeats = 3  # the best repeat is reported
-sweep = ""  # '' | block_size | n_embd
-tasks = "addition_10,dyck_30,retrieval_30,induction_16"  # task generators to time ('' skips)
-train = True  # time training steps (--train=False --tasks='' times generation alone)
-matmuls = True  # also time the step's matmuls alone: how much of the step runs at the matmul library's rate
-gen_block_size = 256  # generation with and without the KV cache: a prompt of gen_block_size - gen_new_tokens
-gen_new_tokens = 200  # tokens, then gen_new_tokens greedy ones (0 skips)
-gen_prompt = 0  # prompt tokens instead (1 .. gen_block_size); 0: gen_block_size - gen_new_tokens
-gen_batch = 1  # prompts generated together
+steps = 0  # timed optimizer steps per repeat (0: 50 paper, 5 tiny); the sweep times steps // 5
+repeats = 0  # timed repeats, reported as their median and min (0: 5 paper, 2 tiny)
+warmup = 0  # untimed steps first, compilation included (0: 3 paper, 1 tiny)
+profile_steps = 3  # optimizer steps under torch.profiler, per variant, at the first shape
+smoke_task = "addition_3"
+smoke_iters = 0  # train.py steps per variant (0: 200 paper, 20 tiny)
 # -----------------------------------------------------------------------------
-DEFAULTS = {k: v for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, str, bool))}
-PRESETS = {
-    "algo": dict(n_layer=2, n_head=4, n_embd=128, block_size=32, batch_size=256, vocab_size=64),
-    "lm": dict(n_layer=4, n_head=4, n_embd=256, block_size=256, batch_size=8, vocab_size=4096),
-    "paper": dict(n_layer=12, n_head=8, n_embd=512, block_size=256, batch_size=64, vocab_size=50304),
+DEFAULTS = defaults_of(globals())
+PARTS = ("calib", "train", "sweep", "profile", "smoke")
+RULES = {"size": OneOf(("auto", "paper", "tiny")), "dtype": OneOf(("auto", "float32", "bfloat16")),
+         "compile": OneOf(("auto", True, False)),
+         "profile_steps": positive, **dict.fromkeys(("steps", "repeats", "warmup", "smoke_iters"), non_negative)}
+SHAPE = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "accum", "vocab_size")  # accum: micro-batches
+SIZES = {  # shapes as SHAPE; sweep: the same but a list of T and the tokens per step (batch = tokens // T)
+    "paper": dict(steps=50, repeats=5, warmup=3, smoke_iters=200,
+                  shapes={"lm_paper": (12, 512, 8, 256, 64, 8, 50304), "gpt2_small": (12, 768, 12, 1024, 16, 1, 50304)},
+                  sweep=(12, 768, 12, (256, 512, 1024, 2048, 4096), 16384, 50304)),
+    "tiny": dict(steps=5, repeats=2, warmup=1, smoke_iters=20,
+                 shapes={"lm_tiny": (2, 128, 4, 64, 8, 2, 512), "gpt2_tiny": (2, 128, 4, 128, 4, 1, 512)},
+                 sweep=(2, 128, 4, (64, 128, 256), 512, 512)),
 }
-CHOICES = {"preset": ("", *PRESETS), "dtype": ("auto", "float32", "bfloat16"), "compile": ("auto", True, False),
-           "sweep": ("", "block_size", "n_embd")}
-SWEEPS = {("block_size", "cpu"): (64, 128, 256, 512), ("block_size", "cuda"): (128, 256, 512, 1024, 2048),
-          ("n_embd", "cpu"): (64, 128, 256, 512), ("n_embd", "cuda"): (256, 512, 1024, 2048)}
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-class ConfigError(Exception):
-    """Bad input: one line on stderr, exit status 2."""
+def sync(env):
+    if env.device_type == "cuda":
+        torch.cuda.synchronize(env.device)
 
 
-def parse_config(argv):
-    """Defaults, then the preset, then the --key=value overrides (Python literals of the default's type)."""
-    given = {}
-    for arg in argv:
-        key, eq, text = arg.removeprefix("--").partition("=")
-        if not arg.startswith("--") or key not in DEFAULTS:
-            raise ConfigError(f"unknown option {arg!r}; valid: {', '.join('--' + k for k in DEFAULTS)}")
-        default = DEFAULTS[key]
-        if not eq:
-            raise ConfigError(f"--{key} needs a value: --{key}=...")
-        if isinstance(default, str) and not (key in CHOICES and text in ("True", "False")):
-            value = text
-        else:
-            try:
-                value = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                value = text
-        if key in CHOICES and value not in CHOICES[key]:
-            raise ConfigError(f"--{key}={text}; valid: {', '.join(map(str, CHOICES[key]))}")
-        if key not in CHOICES and type(value) is not type(default):
-            raise ConfigError(f"--{key}={text}: expected {type(default).__name__}, like --{key}={default!r}")
-        given[key] = value
-    config = {**DEFAULTS, **PRESETS.get(given.get("preset", ""), {}), **given}
-    config["attn"] = list(ATTNS) if config["attn"] == "all" else config["attn"].split(",")
-    for name in config["attn"]:
-        if name not in ATTNS:
-            raise ConfigError(f"unknown attn {name!r}; valid: {', '.join(ATTNS)}, all")
-    for key in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "vocab_size", "iters", "repeats",
-                "gen_batch"):
-        if config[key] <= 0:
-            raise ConfigError(f"--{key}={config[key]} must be positive")
-    if config["gen_new_tokens"] >= config["gen_block_size"]:
-        raise ConfigError(f"gen_new_tokens={config['gen_new_tokens']} must be below gen_block_size")
-    if not 0 <= config["gen_prompt"] <= config["gen_block_size"]:
-        raise ConfigError(f"--gen_prompt={config['gen_prompt']} must lie in [0, gen_block_size]")
-    return config
-
-
-class Env:
-    def __init__(self, config):
-        name = config["device"]
-        try:
-            self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
-        except RuntimeError:
-            self.device = torch.device("meta")  # not a device name: refused below
-        self.cuda = self.device.type == "cuda"
-        if self.device.type not in ("cpu", "cuda") or (self.cuda and not torch.cuda.is_available()):
-            raise ConfigError(f"device {name!r} is not available here; valid: auto, cpu"
-                              + (", cuda" if torch.cuda.is_available() else ""))
-        self.dtype = DTYPES[config["dtype"] if config["dtype"] != "auto" else "bfloat16" if self.cuda else "float32"]
-        self.compile = config["compile"] if config["compile"] != "auto" else self.cuda
-        if config["threads"]:
-            torch.set_num_threads(config["threads"])
-        self.malloc_tuned = not self.cuda and config["tune_malloc"] and tune_cpu_malloc()
-        if self.cuda:
-            torch.cuda.set_device(self.device)
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        peak_flops(self.device, self.dtype)  # a CPU measures its peak now (about 2 s), and again as steps are timed
-
-    @property
-    def peak(self):
-        """The device's peak FLOP/s: for a CPU the best rate of the matmuls measured so far in this run."""
-        return peak_flops(self.device, self.dtype, seconds=0)
-
-    def autocast(self):
-        return nullcontext() if self.dtype == torch.float32 else torch.autocast(self.device.type, self.dtype)
-
-    def sync(self):
-        if self.cuda:
-            torch.cuda.synchronize()
-
-    def best_time(self, fn, n, repeats, warmup=0):
-        """Seconds per call of fn, the best mean of `repeats` runs of n calls."""
-        for _ in range(warmup):
-            fn()
-        best = float("inf")
-        for _ in range(repeats):
-            if not self.cuda:  # the CPU's matmul peak beside each repeat (a quarter second): a shared CPU's
-                peak_flops(self.device, self.dtype, seconds=0.25)  # speed changes by the minute; the best counts
-            self.sync()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            self.sync()
-            best = min(best, (time.perf_counter() - t0) / n)
-        return best
-
-    def reset_memory(self):
-        """Start a peak-memory window: CUDA allocator statistics, or the process's peak RSS on CPU."""
-        gc.collect()
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats()
-            return torch.cuda.memory_allocated()
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)  # glibc: hand freed heap memory back, so reuse shows again
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")  # Linux: reset the peak RSS (VmHWM) to the current RSS
-        except (OSError, AttributeError):
-            pass  # elsewhere the window starts at the process's earlier peak
-        return rss_peak()
-
-    def peak_memory(self, start):
-        return (torch.cuda.max_memory_allocated() if self.cuda else rss_peak()) - start
-
-
-def rss_peak():
-    """The process's peak resident set size in bytes."""
+def peak_memory(env, reset=False):
+    """Bytes: the CUDA allocator's peak, or the process's peak resident set (Linux: since the last reset)."""
+    if env.device_type == "cuda":
+        return torch.cuda.reset_peak_memory_stats(env.device) if reset else torch.cuda.max_memory_allocated(env.device)
     try:
+        if reset:
+            with open("/proc/self/clear_refs", "w") as f:
+                return f.write("5")  # the peak RSS (VmHWM) starts again from the current RSS
         with open("/proc/self/status") as f:
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-    except OSError:
+    except (OSError, StopIteration):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
-def make_model(config, env, attn_name, task=None, **overrides):
-    fields = {k: config[k] for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")}
-    if task is not None:
-        fields.update(vocab_size=task.vocab_size, block_size=task.block_size, causal=task.causal,
-                      n_classes=task.n_classes, pad_id=task.pad_id)
-    return MixiT(MixiTConfig(**{**fields, **overrides}, attn=attn_name)).to(env.device)
+def calibrate(env, peak):
+    """A large matmul's rate measured now, beside the peak MFU is counted against (on a CPU, the same)."""
+    info = {"device": env.describe(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "dtype": str(env.dtype).removeprefix("torch."), "matmul": "1024^3", "peak_tflops": peak and peak / 1e12}
+    info["measured_tflops"] = info["peak_tflops"]
+    if env.device_type == "cuda":
+        n, iters = 8192, 20
+        a, b = (torch.randn(n, n, device=env.device, dtype=env.dtype) for _ in range(2))
+        for _ in range(3):  # warm-up
+            a @ b
+        sync(env)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            a @ b
+        sync(env)
+        info.update(matmul=f"{n}^3", measured_tflops=2 * n ** 3 * iters / (time.perf_counter() - t0) / 1e12)
+    info["measured_over_peak"] = peak and info["measured_tflops"] / info["peak_tflops"]
+    return info
 
 
-def bench_train(config, env, attn_name, task=None):
-    """Time training steps of one variant; returns its row of the table."""
-    mem0 = env.reset_memory()
-    model = make_model(config, env, attn_name, task)
-    B, T, V = config["batch_size"], model.config.block_size, model.config.vocab_size
-    optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), env.device.type)  # fused AdamW
-    train_model = torch.compile(model) if env.compile else model
+def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_steps=0, profile_to=None):
+    """Time optimizer steps of one variant at shape (a dict of SHAPE): a row of the table. With profile_to,
+    profile_steps more steps run under torch.profiler, whose table goes to that file (row['profile'])."""
+    B, A, T, V = (shape[k] for k in ("batch_size", "accum", "block_size", "vocab_size"))
+    torch._dynamo.reset()  # the last model's compiled graphs go: each compiles afresh, no recompile limit is met
+    gc.collect()
+    peak_memory(env, reset=True)
+    t0 = time.perf_counter()
+    model = MixiT(MixiTConfig(**{k: shape[k] for k in SHAPE if k not in ("batch_size", "accum")}, attn=attn))
+    model.to(env.device)
+    build_s = time.perf_counter() - t0  # on the host: MixiT's (H, T, T) matrices take a while at T=4096
+    optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), env.device_type)  # fused AdamW
+    net = torch.compile(model, dynamic=False) if compile else model
     params = [p for p in model.parameters() if p.requires_grad]
-    batches = iter(range(sys.maxsize))
+    seqs = [torch.randint(V, (B, T + 1), device=env.device) for _ in range(A)]  # made on the device once
+    batches = [(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in seqs]
 
-    def get_batch():
-        if task is None:  # random tokens, drawn on the device: no host transfer
-            seq = torch.randint(V, (B, T + 1), device=env.device)
-            return seq[:, :-1], seq[:, 1:]
-        x, y = task.get_batch("train", B, seed=[0, next(batches)])
-        if env.cuda:
-            return x.pin_memory().to(env.device, non_blocking=True), y.pin_memory().to(env.device, non_blocking=True)
-        return x, y
-
-    def forward_backward(net=train_model):
-        x, y = get_batch()
-        with env.autocast():
-            _, loss = net(x, y)
-        loss.backward()  # never read back: no host-device sync per step
-
-    def step(net=train_model):
-        forward_backward(net)
+    def step():  # as train.py: forward and backward of every micro-batch, then one optimizer step
+        for x, y in batches:
+            with env.autocast():
+                _, loss = net(x, y)
+            (loss / A).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
 
-    dt = env.best_time(step, config["iters"], config["repeats"], warmup=config["warmup_iters"])
-    forward_backward()  # once more, to count the gradients it leaves
-    frozen = [p for p in model.parameters() if not p.requires_grad]
-    assert all(p.grad is None and p not in optimizer.state for p in frozen), "a frozen parameter carries state"
-    state = sum(t.nbytes for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))
-    grads = sum(p.grad.nbytes for p in params if p.grad is not None)
-    flops = model.flops_per_token(T) * B * T / dt
-    row = {"attn": attn_name, "T": T, "B": B, "C": model.config.n_embd, "ms": dt * 1e3, "tok/s": B * T / dt,
-           "GFLOP/s": flops / 1e9, "mem": env.peak_memory(mem0), "state": state, "grads": grads,
-           "frozen": sum(p.numel() for p in frozen)}
-    if config["matmuls"]:  # after the memory window (the replay's operands are not the step's); recorded from
-        # the eager model, whose matmuls are each visible: a compiled one runs the same shapes
-        mm_seconds, mm_flops = matmuls_alone(lambda: step(model), env, config["iters"], config["repeats"])
-        row.update({"mm ms": mm_seconds * 1e3, "mm GFLOP/s": mm_flops / mm_seconds / 1e9})
+    times = []
+    for r in range(1 + repeats):  # 0: the warm-up steps, compilation included
+        sync(env)
+        t0 = time.perf_counter()
+        for _ in range(steps if r else warmup):
+            loss = step()
+        last = loss.item()  # the one read-back of a repeat
+        sync(env)
+        times.append((time.perf_counter() - t0) / (steps if r else 1))
+    warmup_s, times = times[0], times[1:]
+    tokens, med = B * A * T, statistics.median(times)
+    row = {"attn": attn, **shape, "tokens_per_step": tokens, "flops_per_token": model.flops_per_token(T),
+           "step_s": times, "ms_median": med * 1e3, "ms_min": min(times) * 1e3, "tok_s_median": tokens / med,
+           "tok_s_best": tokens / min(times), "peak_mib": peak_memory(env) / 2 ** 20, "build_s": build_s,
+           "warmup_s": warmup_s, "final_loss": last, "params_m": model.get_num_params(False) / 1e6,
+           "trainable_m": model.get_num_params(False, trainable=True) / 1e6}
+    if profile_to:
+        row["profile"] = profile(env, step, profile_steps, profile_to, f"{attn}, {describe(shape)}")
     return row
 
 
-MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-           torch.ops.aten.baddbmm.default)
-TensorSpec = namedtuple("TensorSpec", "shape stride dtype")
+def profile(env, step, n, path, title):
+    """torch.profiler over n steps: its table of the top 15 by device time (CPU time on a CPU) written to path;
+    returns the top 5."""
+    cuda = env.device_type == "cuda"
+    activities = [torch.profiler.ProfilerActivity.CPU] + [torch.profiler.ProfilerActivity.CUDA] * cuda
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(n):
+            step()
+        sync(env)
+    key, events = "self_device_time_total" if cuda else "self_cpu_time_total", prof.key_averages()
+    time_of = lambda e: getattr(e, key)
+    total = sum(map(time_of, events)) or 1
+    with open(path, "w") as f:
+        f.write(f"{title}\n{n} optimizer steps by {key}; {env.describe()}\n\n"
+                + events.table(sort_by=key, row_limit=15, max_name_column_width=80) + "\n")
+    return {"sort": key, "steps": n,
+            "top": [{"name": e.key, "ms_per_step": time_of(e) / 1e3 / n, "share_pct": 100 * time_of(e) / total}
+                    for e in sorted(events, key=time_of, reverse=True)[:5]]}
 
 
-class MatmulRecorder(TorchDispatchMode):
-    """Inside `with`: every matmul the step runs, as (op, its arguments with tensors as TensorSpec, keyword
-    arguments, FLOPs)."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if func in MATMULS:
-            spec = lambda a: TensorSpec(tuple(a.shape), a.stride(), a.dtype) if torch.is_tensor(a) else a
-            k = [a for a in args if torch.is_tensor(a)][-1].size(-2)  # mat2 is (.., K, N)
-            self.calls.append((func, [spec(a) for a in args], kwargs, 2 * out.numel() * k))
-        return out
+def sweep(env, config, timed):
+    """Tokens/s of every variant as the context grows, at a fixed number of tokens per step; rows already
+    timed at the same shape (timed) are reused."""
+    n_layer, n_embd, n_head, Ts, tokens, vocab = SIZES[config["size"]]["sweep"]
+    reuse, rows = {(r["attn"], *(r[k] for k in SHAPE)): r for r in timed}, []
+    for T in Ts:
+        shape = dict(zip(SHAPE, (n_layer, n_embd, n_head, T, max(1, tokens // T), 1, vocab)))
+        for a in config["attns"]:
+            rows.append(reuse.get((a, *shape.values())) or time_training(
+                env, shape, a, max(1, config["steps"] // 5), config["repeats"], config["warmup"], config["compile"]))
+            print(f"  sweep T={T} {a}: {rows[-1]['tok_s_median']:,.0f} tok/s (built in {rows[-1]['build_s']:.1f} s, "
+                  f"warm-up {rows[-1]['warmup_s']:.1f} s)", flush=True)
+    return rows
 
 
-def matmuls_alone(step, env, n, repeats):
-    """The step's matmuls (mm, addmm, bmm, baddbmm) replayed alone at the same shapes, strides and dtypes:
-    (seconds, FLOPs) per step. Everything else a step does is time spent outside the matmul peak."""
-    recorder = MatmulRecorder()
-    with recorder:
-        step()
-    operands = {}
-
-    def operand(a):  # one random tensor per TensorSpec, shared by the calls that have it
-        if not isinstance(a, TensorSpec):
-            return a
-        if a not in operands:
-            size = 1 + sum((dim - 1) * stride for dim, stride in zip(a.shape, a.stride))  # elements it spans
-            operands[a] = torch.randn(size, device=env.device).to(a.dtype).as_strided(a.shape, a.stride)
-        return operands[a]
-
-    calls = [(func, [operand(a) for a in args], kwargs) for func, args, kwargs, _ in recorder.calls]
-    seconds = env.best_time(lambda: [func(*args, **kwargs) for func, args, kwargs in calls], n, repeats, warmup=1)
-    return seconds, sum(flops for *_, flops in recorder.calls)
-
-
-def mfu(gflops, env):
-    """Utilization of a rate in GFLOP/s against the device's peak as it stands at the end: for a CPU the best
-    matmul rate seen while every row was timed, as a row's time is its best repeat."""
-    return gflops * 1e9 / env.peak if env.peak else None
+def smoke(env, config, attn, out):
+    """A short train.py run of one variant, in a subprocess: its final metrics and wall time."""
+    run_dir, n = os.path.join(out, f"smoke_{attn}"), config["smoke_iters"]
+    if env.device_type == "cuda":
+        torch.cuda.empty_cache()  # the GPU memory this process keeps cached, for train.py
+    cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"),
+           f"--task={config['smoke_task']}", f"--attn={attn}", f"--max_iters={n}", f"--eval_interval={n}",
+           f"--log_interval={max(1, n // 4)}", f"--device={env.device}", f"--dtype={config['dtype']}",
+           f"--compile={config['compile']}", f"--out_dir={run_dir}"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    row = {"attn": attn, "task": config["smoke_task"], "iters": n, "wall_s": time.perf_counter() - t0,
+           "status": "ok" if proc.returncode == 0 else f"exit {proc.returncode}: "
+                     + (proc.stderr.strip().splitlines() or [""])[-1][:200], "command": " ".join(cmd)}
+    with open(run_dir + ".log", "w") as f:
+        f.write(proc.stdout + proc.stderr)
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            row.update({k: v for k, v in json.loads(f.readlines()[-1]).items() if k != "val_acc_pos"})
+    except (OSError, IndexError, ValueError):
+        pass  # no eval written: the status says why
+    return row
 
 
-def print_train(rows, env):
-    mib = lambda n: f"{n / 2 ** 20:9.2f}"
-    percent = lambda x: "n/a" if x is None else f"{x * 100:5.1f}%"
-    matmuls = "mm ms" in rows[0]
-    print(f"{'variant':<10} {'ms/iter':>9} {'tok/s':>11} {'GFLOP/s':>8} {'MFU':>6} {'peak MiB':>9} "
-          f"{'Adam MiB':>9} {'grad MiB':>9} {'frozen':>9}" + (f" {'mm ms':>8} {'mm/step':>7} {'mm MFU':>6}" * matmuls))
-    for r in rows:
-        print(f"{r['attn']:<10} {r['ms']:9.2f} {r['tok/s']:11,.0f} {r['GFLOP/s']:8.1f} "
-              f"{percent(mfu(r['GFLOP/s'], env)):>6} {mib(r['mem'])} {mib(r['state'])} {mib(r['grads'])} {r['frozen']:9,d}"
-              + (f" {r['mm ms']:8.2f} {percent(r['mm ms'] / r['ms']):>7} "
-                 f"{percent(mfu(r['mm GFLOP/s'], env)):>6}" if matmuls else ""))
-    peak = "unknown" if env.peak is None else f"{env.peak / 1e9:,.1f} GFLOP/s"
-    print(f"frozen parameters carry no gradient and no optimizer state (checked); MFU against a peak of {peak}"
-          + ("" if env.cuda else ", the best rate of 1024^3 matmuls (0.1 s back to back) measured during the run"))
-    if matmuls:
-        print("mm: the step's matmuls replayed alone at the same shapes (mm/step: their share of the step; "
-              "mm MFU: their own rate against the peak, the bound that the matmul library sets at this size)")
+# ----------------------------------------------------------------------------- the report
+
+def table(rows, columns):
+    """A markdown table of rows (dicts): columns maps each heading to a key (or a function of the row)."""
+    fmt = lambda v: "" if v is None else f"{v:,.0f}" if isinstance(v, float) and abs(v) >= 100 else \
+        f"{v:.3g}" if isinstance(v, float) else str(v)
+    get = lambda r, k: k(r) if callable(k) else r.get(k)
+    return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+                     + ["| " + " | ".join(fmt(get(r, k)) for k in columns.values()) + " |" for r in rows]) + "\n"
 
 
-def run_sweep(config, env, task_for):
-    """Tokens/s of every variant as block_size or n_embd grows; block_size keeps the tokens per step fixed."""
-    key, tokens = config["sweep"], config["batch_size"] * config["block_size"]
-    values = SWEEPS[key, env.device.type]
-    table = {a: [] for a in config["attn"]}
-    for v in values:
-        point = {**config, key: v, "matmuls": False,
-                 **({"batch_size": max(1, tokens // v)} if key == "block_size" else {})}
-        for a in config["attn"]:
-            table[a].append(bench_train(point, env, a, task_for(point["block_size"])))
-    print(f"\n{key} sweep ({tokens:,} tokens per step{' over batch x T' if key == 'block_size' else ''}): tok/s, MFU")
-    print(f"{key:>10} " + " ".join(f"{a:>20}" for a in table))
-    for i, v in enumerate(values):
-        cells = [f"{table[a][i]['tok/s']:11,.0f} {(mfu(table[a][i]['GFLOP/s'], env) or 0) * 100:6.1f}%" for a in table]
-        print(f"{v:>10} " + " ".join(f"{c:>20}" for c in cells))
-    import matplotlib
-    import matplotlib.ticker
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for a, rows in table.items():
-        ax.plot(values, [r["tok/s"] for r in rows], "o-", color=COLORS[a], label=a)
-    label = "context length T (tokens)" if key == "block_size" else "model width n_embd (channels)"
-    ax.set(xscale="log", xlabel=label, ylabel="training throughput (tokens/s)", ylim=(0, None),
-           title=f"{config['n_layer']} layers, {tokens:,} tokens per step: {env.device.type}, "
-                 f"{str(env.dtype).removeprefix('torch.')}")
-    ax.set_xticks(values, [str(v) for v in values], minor=False)
-    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    ax.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
-    ax.grid(alpha=0.3)
-    ax.legend()
+def describe(s):
+    return (f"{s['n_layer']} layers, width {s['n_embd']}, {s['n_head']} heads, T={s['block_size']}, batch "
+            f"{s['batch_size']}" + (f" x {s['accum']} micro-batches" if s["accum"] > 1 else "")
+            + f", vocab {s['vocab_size']}: {s['batch_size'] * s['accum'] * s['block_size']:,} tokens a step")
+
+
+TRAIN = {"variant": "attn", "ms/step": "ms_median", "min ms/step": "ms_min", "tok/s": "tok_s_median",
+         "MFU %": "mfu_pct", "GFLOP/token": lambda r: r["flops_per_token"] / 1e9, "peak MiB": "peak_mib",
+         "params M": "params_m", "trainable M": "trainable_m", "warm-up s": "warmup_s"}
+SMOKE = {"variant": "attn", "task": "task", "iters": "iters", "train loss": "train_loss", "val loss": "val_loss",
+         "val acc": "val_acc", "val exact": "val_exact", "wall s": "wall_s", "status": "status"}
+
+
+def report(results, env):
+    """bench.md: every table of the results so far."""
+    c, cfg, out = results.get("calib"), results["config"], [f"# mixit benchmark, {results['date']}\n"]
+    out.append(f"{env.describe()}, CUDA {torch.version.cuda}, compile {cfg['compile']}, size {cfg['size']}; "
+               + (f"MFU against a peak of {results['peak_tflops']:.3g} TFLOP/s (common.peak_flops)\n"
+                  if results["peak_tflops"] else "no MFU: this device's peak is unknown\n"))
+    if c:
+        out += ["## Calibration\n", table([c], {"device": "device", "dtype": "dtype", "matmul": "matmul", "measured "
+                "TFLOP/s": "measured_tflops", "peak TFLOP/s": "peak_tflops", "measured / peak": "measured_over_peak"})]
+    if "train" in results:
+        out.append(f"## Training steps\n\n{cfg['steps']} timed optimizer steps x {cfg['repeats']} repeats after "
+                   f"{cfg['warmup']} warm-up steps: the median (and min) of the repeats. Peak memory: "
+                   + ("max_memory_allocated" if env.device_type == "cuda" else "the process's peak RSS") + ".\n")
+        for name, shape in results["shapes"].items():
+            rows = [r for r in results["train"] if r["shape"] == name]
+            out += [f"### {name}: {describe(shape)}\n", table(rows, TRAIN)]
+    if "sweep" in results:
+        s, attns = results["sweep"][0], list(dict.fromkeys(r["attn"] for r in results["sweep"]))
+        out += [f"## Context sweep\n\n{s['n_layer']} layers, width {s['n_embd']}, {s['n_head']} heads, vocab "
+                f"{s['vocab_size']}, {s['tokens_per_step']:,} tokens per step (batch x T): tokens/s (median)\n",
+                table(sweep_points(results["sweep"]), {"T": "T", "batch": "batch", **{f"{a} tok/s": a for a in attns},
+                      "mixing / softmax speed": "speed_ratio", "softmax / mixing FLOPs": "flop_ratio"}),
+                "![sweep](sweep.png)\n"]
+    for a, p in results.get("profile", {}).items():
+        out += [f"## Profile: {a}\n\n`profile_{a}.txt`: {p['steps']} steps by {p['sort']}; the top 5:\n",
+                table(p["top"], {"op": lambda t: f"`{t['name'][:70]}`", "ms/step": "ms_per_step",
+                                 "share %": "share_pct"})]
+    if "smoke" in results:
+        out += ["## train.py runs\n", table(results["smoke"], SMOKE)]
+    return "\n".join(out)
+
+
+def sweep_points(rows):
+    """One dict per T: each variant's tokens/s, mixing's speed over softmax's, and softmax's FLOPs over mixing's."""
+    points = []
+    for T in dict.fromkeys(r["block_size"] for r in rows):
+        at = {r["attn"]: r for r in rows if r["block_size"] == T}
+        point = {"T": T, "batch": next(iter(at.values()))["batch_size"]}
+        point.update({a: r["tok_s_median"] for a, r in at.items()})
+        if "softmax" in at and "mixing" in at:
+            point.update(speed_ratio=at["mixing"]["tok_s_median"] / at["softmax"]["tok_s_median"],
+                         flop_ratio=at["softmax"]["flops_per_token"] / at["mixing"]["flops_per_token"])
+        points.append(point)
+    return points
+
+
+def plot_sweep(rows, path):
+    plt, points = pyplot(), sweep_points(rows)
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    Ts = [p["T"] for p in points]
+    for a in dict.fromkeys(r["attn"] for r in rows):
+        ax.plot(Ts, [p.get(a) for p in points], "o-", color=COLORS[a], label=a)
+    if "speed_ratio" in points[0]:
+        ax2.plot(Ts, [p["speed_ratio"] for p in points], "o-", color=COLORS["mixing"], label="measured speed ratio")
+        ax2.plot(Ts, [p["flop_ratio"] for p in points], "s--", color="gray", label="FLOP ratio softmax / mixing")
+    ax.set(ylabel="training tokens/s", ylim=(0, None), title=f"{rows[0]['n_layer']} layers, width "
+           f"{rows[0]['n_embd']}, {rows[0]['tokens_per_step']:,} tokens per step")
+    ax2.set(ylabel="mixing over softmax", title="MixiT's speed-up")
+    for a in (ax, ax2):
+        a.set(xscale="log", xlabel="context length T")
+        a.set_xticks(Ts, [str(T) for T in Ts])
+        a.minorticks_off()
+        a.grid(alpha=0.3)
+        if a.lines:
+            a.legend()
     fig.tight_layout()
-    path = f"bench_{key}.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    print(f"wrote {path}")
 
 
-def load_task(*args):
-    try:
-        return make_task(*args)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+def write(results, env, out):
+    text = report(results, env)
+    with open(os.path.join(out, "bench.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(out, "bench.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    return text
 
 
-def bench_tasks(config, env, tasks):
-    """Training batches per second of each task generator, against the cheapest step it feeds (mixing)."""
-    print(f"\n{'task':<14} {'T':>4} {'batches/s':>10} {'step ms':>8} {'ratio':>7}   (batch {config['batch_size']})")
-    for name, task in zip(config["tasks"].split(","), tasks):
-        seeds = iter(range(sys.maxsize))
-        dt = env.best_time(lambda: task.get_batch("train", config["batch_size"], seed=[0, next(seeds)]),
-                           config["iters"], config["repeats"], warmup=1)
-        feeds = {**config, "iters": max(2, config["iters"] // 2), "matmuls": False}
-        step = bench_train(feeds, env, "mixing", task)["ms"] / 1e3
-        print(f"{name:<14} {task.block_size:>4} {1 / dt:10.1f} {step * 1e3:8.2f} {step / dt:6.1f}x")
-
-
-def bench_generate(config, env):
-    """Tokens/s of greedy model.generate with and without the KV cache (values only for MixiT), timed in turns
-    so that both meet the same machine (the best of `repeats` turns each), and whether their tokens agree."""
-    T, new, B = config["gen_block_size"], config["gen_new_tokens"], config["gen_batch"]
-    P = config["gen_prompt"] or T - new
-    print(f"\ngenerate {new} tokens after a {P}-token prompt, block_size {T}, batch {B}, greedy")
-    print(f"{'variant':<10} {'cached tok/s':>13} {'uncached tok/s':>15} {'speedup':>8} {'same tokens':>12}")
-    for a in config["attn"]:
-        model = make_model(config, env, a, block_size=T).eval()
-        prompt = torch.randint(model.config.vocab_size, (B, P), device=env.device)
-        best, out = [float("inf")] * 2, [None] * 2
-        with env.autocast():
-            for turn in range(1 + config["repeats"]):  # turn 0 warms up
-                for i, use_cache in enumerate((True, False)):
-                    env.sync()
-                    t0 = time.perf_counter()
-                    out[i] = model.generate(prompt, new, top_k=1, use_cache=use_cache)
-                    env.sync()
-                    if turn:
-                        best[i] = min(best[i], time.perf_counter() - t0)
-        speed = [B * new / dt for dt in best]
-        print(f"{a:<10} {speed[0]:13,.0f} {speed[1]:15,.0f} {speed[0] / speed[1]:7.1f}x "
-              f"{'yes' if torch.equal(out[0], out[1]) else 'NO':>12}")
+def train_and_profile(env, config, wanted, results, out):
+    """The train part: every variant at every shape; the profile part: the first shape's models, after their
+    timing (alone: after one timed step)."""
+    for i, (name, shape) in enumerate(results["shapes"].items()):
+        for a in config["attns"]:
+            prof = os.path.join(out, f"profile_{a}.txt") if "profile" in wanted and i == 0 else None
+            if "train" not in wanted and not prof:
+                continue
+            n = (config["steps"], config["repeats"]) if "train" in wanted else (1, 1)
+            row = {"shape": name, **time_training(env, shape, a, *n, config["warmup"], config["compile"],
+                                                  config["profile_steps"], prof)}
+            peak = results["peak_tflops"] and results["peak_tflops"] * 1e12
+            row["mfu_pct"] = peak and 100 * row["flops_per_token"] * row["tok_s_median"] / peak
+            if prof:
+                results.setdefault("profile", {})[a] = row.pop("profile")
+            if "train" in wanted:
+                results.setdefault("train", []).append(row)
+                print(f"  {name} {a}: {row['ms_median']:.1f} ms/step, {row['tok_s_median']:,.0f} tok/s", flush=True)
+            write(results, env, out)
 
 
 def main(argv):
-    config = parse_config(argv)
-    task_for = lambda T: None if config["data"] == "random" else load_task(config["data"], T, config["data_dir"])
-    task = task_for(config["block_size"])
-    tasks = [load_task(name) for name in config["tasks"].split(",")] if config["tasks"] and not config["sweep"] else []
-    env = Env(config)
-    peak = "unknown" if env.peak is None else f"{env.peak / 1e9:,.1f} GFLOP/s"
-    print(f"{env.device} {str(env.dtype).removeprefix('torch.')}, compile {env.compile}, {torch.get_num_threads()} "
-          f"CPU threads{', malloc tuned' if env.malloc_tuned else ''}, peak {peak}; data {config['data']}")
-    if config["sweep"]:
-        return run_sweep(config, env, task_for)
-    if config["train"]:
-        rows = [bench_train(config, env, a, task) for a in config["attn"]]
-        r = rows[0]
-        print(f"\n{config['n_layer']} layers, width {r['C']}, {config['n_head']} heads, T={r['T']}, batch {r['B']}, "
-              f"vocab {task.vocab_size if task else config['vocab_size']}: training steps")
-        print_train(rows, env)
-    if tasks:
-        bench_tasks(config, env, tasks)
-    if config["gen_new_tokens"]:
-        bench_generate(config, env)
-
-
-def cli(argv):
+    config = configure(DEFAULTS, argv, RULES, files=False)
+    wanted = [p.strip() for p in config["parts"].split(",") if p.strip()]
+    attns = list(ATTNS) if config["attn"] == "all" else [a.strip() for a in config["attn"].split(",")]
+    for name, items, valid in (("part", wanted, PARTS), ("attn", attns, ATTNS)):
+        for item in items:
+            if item not in valid:
+                raise ConfigError(f"unknown {name} {item!r}; valid: {', '.join(valid)}" + ", all" * (name == "attn"))
+    env = setup(config["device"], config["dtype"])
+    size = config["size"] if config["size"] != "auto" else "paper" if env.device_type == "cuda" else "tiny"
+    config.update({k: config[k] or SIZES[size][k] for k in ("steps", "repeats", "warmup", "smoke_iters")}, size=size,
+                  attns=attns, compile=env.device_type == "cuda" if config["compile"] == "auto" else config["compile"])
+    out = config["out_dir"]
     try:
-        main(argv)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"out_dir={out} cannot be made ({e.strerror})") from None
+    peak = peak_flops(env.device, env.dtype)
+    results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "env": env.describe(), "config": config,
+               "peak_tflops": peak and peak / 1e12,
+               "shapes": {name: dict(zip(SHAPE, s)) for name, s in SIZES[size]["shapes"].items()}}
+    print(f"{env.describe()}, compile {config['compile']}, size {size}: writing {out}", flush=True)
+    t_start = time.perf_counter()
+    try:
+        if "calib" in wanted:
+            results["calib"] = calibrate(env, peak)
+        if "train" in wanted or "profile" in wanted:
+            train_and_profile(env, config, wanted, results, out)
+        if "sweep" in wanted:
+            results["sweep"] = sweep(env, config, results.get("train", []))
+            plot_sweep(results["sweep"], os.path.join(out, "sweep.png"))
+            write(results, env, out)
+        for a in attns if "smoke" in wanted else ():
+            results.setdefault("smoke", []).append(row := smoke(env, config, a, out))
+            print(f"  train.py {a}: {row['status']}, {row['wall_s']:.0f} s", flush=True)
+            write(results, env, out)
+        results["total_s"] = time.perf_counter() - t_start
+        print("\n" + write(results, env, out) + f"\nwrote {out}/bench.md and bench.json in {results['total_s']:.0f} s")
+    except torch.OutOfMemoryError as e:
+        raise TrainingError(f"out of memory ({str(e).splitlines()[0][:100]}); results so far in {out}") from None
+    finally:
+        teardown(env)
 
 
 if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))
+    sys.exit(cli(main, sys.argv[1:]))

@@ -12,6 +12,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -393,3 +394,60 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+CURVES = {"val_acc": ("accuracy", "accuracy (fraction of answers)"), "val_loss": ("evaluation loss", "cross-entropy"),
+          "induction_score": ("best head's induction score", "prefix-matching attention"),
+          "val_acc_pos": ("final accuracy per answer position", "accuracy")}
+
+
+def variant_color(run, runs):
+    """The variant's colour; MixiT at several head counts in shades of its green, more heads darker."""
+    heads = sorted({r["n_head"] for r in runs if r["attn"] == "mixing"})
+    if run["attn"] != "mixing" or len(heads) < 2:
+        return COLORS[run["attn"]]
+    return pyplot().cm.Greens(0.35 + 0.65 * heads.index(run["n_head"]) / (len(heads) - 1))
+
+
+def plot_comparison(runs, histories, label, path):
+    """Per task: accuracy and loss against steps (and the induction score, and the final accuracy per answer
+    position, where measured), one colour per variant, mean over seeds with a ± std band."""
+    plt = pyplot()
+    tasks = list(dict.fromkeys(run["task"] for run in runs))
+    keys_of = {t: [k for k in CURVES if any(k in h[-1] for r, h in zip(runs, histories) if r["task"] == t)]
+               for t in tasks}
+    ncols = max(map(len, keys_of.values()))
+    fig, axes = plt.subplots(len(tasks), ncols, figsize=(5.2 * ncols, 3.6 * len(tasks)), squeeze=False)
+    for row, task_name in zip(axes, tasks):
+        curves = {}
+        for run, history in zip(runs, histories):
+            if run["task"] == task_name:
+                curves.setdefault(label(run), (run, []))[1].append(history)
+        for ax, key in zip(row, keys_of[task_name]):
+            for name, (run, hs) in curves.items():
+                if key == "val_acc_pos":
+                    values = np.array([h[-1][key] for h in hs])
+                    xs = np.arange(values.shape[1])
+                else:
+                    values = np.array([[m[key] for m in h] for h in hs])
+                    xs = [m["iter"] for m in hs[0]]
+                mean, std = values.mean(0), values.std(0)
+                color = variant_color(run, runs)
+                ax.plot(xs, mean, {"": "-", "mlp": "--", "blocks": ":"}[run["freeze"]], color=color, label=name,
+                        marker="o" if key == "val_acc_pos" else None)
+                if len(hs) > 1:
+                    ax.fill_between(xs, mean - std, mean + std, color=color, alpha=0.2)
+            title, ylabel = CURVES[key]
+            ax.set(title=f"{task_name}: {title}", ylabel=ylabel,
+                   xlabel="answer position" if key == "val_acc_pos" else "optimizer step")
+            if key != "val_loss":
+                ax.set_ylim(-0.02, 1.02)
+            if key == "val_acc_pos":
+                ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        for ax in row[len(keys_of[task_name]):]:
+            ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -74,16 +74,17 @@ def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,)
     T, g = block_size, generator(*seed)
     lo, hi = 1 / math.sqrt(T * head_dim), 1 / math.sqrt(T)
     sigma = lo + torch.rand(n_head, 1, 1, generator=g, dtype=torch.float64) * (hi - lo)  # each head's std in [lo, hi]
-    noise = torch.randn(n_head, T, T, generator=g, dtype=torch.float64) * sigma  # (H, T, T)
+    noise = torch.randn(n_head, T, T, generator=g, dtype=torch.float64).mul_(sigma)  # (H, T, T), in place: T may be 4k
     if causal:
-        noise = noise.tril()
+        noise.tril_()
         support = torch.arange(1, T + 1, dtype=torch.float64).view(T, 1)  # row i mixes the positions j <= i
     else:
         support = torch.full((T, 1), float(T), dtype=torch.float64)
-    noise = noise - noise.sum(-1, keepdim=True) / support  # centring: the noise only redistributes, rows sum to 1
+    noise.sub_(noise.sum(-1, keepdim=True) / support)  # centring: the noise only redistributes, rows sum to 1
     if causal:
-        noise = noise.tril()
-    A = torch.eye(T, dtype=torch.float64) + beta * noise  # identity plus small noise: stable signal in depth
+        noise.tril_()
+    A = noise.mul_(beta)
+    A.diagonal(dim1=1, dim2=2).add_(1.0)  # identity plus small noise: stable signal in depth
     A[0] = 0.0  # the sink head: every token keeps half of itself and takes half of token 0
     A[0].diagonal().fill_(0.5)
     A[0, :, 0] = 0.5
@@ -301,7 +302,7 @@ class MixiT(nn.Module):
     def forward(self, idx, targets=None, cache=None):
         """idx (B, t) -> (logits (B, t, V), or (B, n_classes) for a classifier; loss). With targets (-1 where
         unscored) only the loss is returned, as (None, loss): the logits are not kept once it is computed."""
-        (B, t), pos = idx.shape, 0 if cache is None else cache.pos
+        t, pos = idx.size(1), 0 if cache is None else cache.pos
         if pos + t > self.config.block_size:
             raise ValueError(f"sequence of {pos + t} tokens is longer than block_size={self.config.block_size}")
         pad_mask = (idx != self.config.pad_id) if self.config.n_classes else None  # (B, t)

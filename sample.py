@@ -5,11 +5,10 @@ Sample from a model trained by train.py, and look inside it.
   python sample.py --out_dir=out --start="FILE:prompt.txt" --num_samples=3 --max_new_tokens=500
   python sample.py --out_dir=out --classify="a gripping, funny film"   # a classifier: label and probability
   python sample.py --out_dir=out --attn_maps --induction  # attn_maps.png, induction scores, induction.png
+  python sample.py --propagation=32 --out_dir=out/propagation  # no checkpoint: signal propagation at init
 
 --key=value values are Python literals of the default's type; a bare --flag turns a bool option on.
 """
-import ast
-import functools
 import os
 import sys
 
@@ -17,8 +16,11 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-import data
+from common import (COLORS, ConfigError, cli, configure, defaults_of, load_model, non_negative, pick_device, positive,
+                    pyplot)
+from data import CORPUS_TASKS, TASKS, icl_score, induction_scores, make_task, read_meta, repeated_tokens
 from mixit import MixiT, MixiTConfig
+from prepare import Tokenizer, encode_examples
 
 # -----------------------------------------------------------------------------
 out_dir = "out"  # holds ckpt.pt, written by train.py
@@ -35,146 +37,20 @@ induction = False  # print induction-head and in-context-learning scores, save o
 classify = ""  # classifiers: the text to label
 data_dir = ""  # the folder of prepared corpora; '' takes the checkpoint's
 bpe_dir = ""  # a folder with gpt2.tiktoken (GPT-2 BPE offline); '' takes MIXIT_BPE_DIR
+propagation = 0  # > 0: no checkpoint; how tokens' residual streams drift together at init, up to this depth
+propagation_width = 128  # the width of those models (4 heads, 64 tokens), measured over seeds 0, 1, 2
 # -----------------------------------------------------------------------------
-DEFAULTS = {k: v for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
+DEFAULTS = defaults_of(globals())
+RULES = {"num_samples": positive, "temperature": positive, "max_new_tokens": non_negative, "top_k": non_negative,
+         "propagation": non_negative, "propagation_width": positive}
 
 
-class ConfigError(Exception):
-    """Bad input: reported in one line, exit status 2."""
-
-
-def parse_args(argv):
-    """The defaults with --key=value overrides, each a literal of its default's type."""
-    config = dict(DEFAULTS)
-    for arg in argv:
-        key, eq, text = arg[2:].partition("=")
-        if not arg.startswith("--") or key not in DEFAULTS:
-            raise ConfigError(f"unknown option {arg.partition('=')[0]}; valid: {', '.join('--' + k for k in DEFAULTS)}")
-        default = DEFAULTS[key]
-        if isinstance(default, str) and eq:
-            config[key] = text
-            continue
-        try:
-            value = ast.literal_eval(text) if eq else True if isinstance(default, bool) else None
-        except (ValueError, SyntaxError):
-            value = None
-        if isinstance(default, float) and type(value) is int:
-            value = float(value)
-        if type(value) is not type(default):
-            raise ConfigError(f"{arg}: expected a {type(default).__name__}, like --{key}={default!r}")
-        config[key] = value
-    for key in ("num_samples", "temperature"):
-        if config[key] <= 0:
-            raise ConfigError(f"--{key}={config[key]} must be positive")
-    for key in ("max_new_tokens", "top_k"):
-        if config[key] < 0:
-            raise ConfigError(f"--{key}={config[key]} must be at least 0")
-    return config
-
-
-def pick_device(name):
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        dev = None
-    if dev is None or dev.type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"unknown device {name!r}; valid: auto, cpu, cuda, cuda:N, mps")
-    if not {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}[dev.type]:
-        raise ConfigError(f"device={name} is not available here; valid: auto, cpu")
-    return dev
-
-
-def load_model(out, dev):
-    """The model of out/ckpt.pt in eval mode, and the training config it was trained with."""
-    path = os.path.join(out, "ckpt.pt")
-    if not os.path.isfile(path):
-        runs = sorted(d for d in os.listdir(out) if os.path.isfile(os.path.join(out, d, "ckpt.pt"))) \
-            if os.path.isdir(out) else []
-        raise ConfigError(f"no checkpoint at {path}" + (f"; runs inside: {', '.join(runs)}" if runs else ""))
-    try:
-        ckpt = torch.load(path, map_location=dev, weights_only=True)  # tensors and plain values only
-        model = MixiT(MixiTConfig(**ckpt["model_args"]))
-        model.load_state_dict(ckpt["model"])
-        config = dict(ckpt["config"])
-    except Exception as e:
-        why = str(e).partition("\n")[0][:120]
-        raise ConfigError(f"{path} is not a readable checkpoint ({type(e).__name__}: {why})") from None
-    return model.to(dev).eval(), config
-
-
-# ----------------------------------------------------------------------------- induction heads
-
-
-def analysis(fn):
-    """Run fn(model, ...) in eval mode without gradients, then give the model back its train/eval mode."""
-    @functools.wraps(fn)
-    def wrapper(model, *args, **kwargs):
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                return fn(model, *args, **kwargs)
-        finally:
-            model.train(was_training)
-    return wrapper
-
-
-def repeated_tokens(config, n_seqs, seg_len=None, seed=0, device=None):
-    """(n_seqs, 2*seg_len): a segment of distinct random tokens (never pad_id), then its exact repeat."""
-    vocab = config.vocab_size - (0 <= config.pad_id < config.vocab_size)
-    seg_len = seg_len or min(config.block_size // 2, 32, vocab)
-    if not 1 <= seg_len <= min(config.block_size // 2, vocab):
-        raise ValueError(f"seg_len={seg_len}: two copies must fit block_size={config.block_size} and "
-                         f"the tokens must be distinct")
-    noise = torch.rand(n_seqs, config.vocab_size, generator=torch.Generator().manual_seed(seed))  # (n, V)
-    if config.pad_id >= 0:
-        noise[:, config.pad_id] = -1.0
-    segment = noise.topk(seg_len, dim=-1).indices  # (n, seg_len) distinct tokens
-    return segment.repeat(1, 2).to(device)  # (n, 2*seg_len)
-
-
-def prefix_matching_score(attn, seg_len):
-    """Induction score of attention (..., T, T) on a segment repeated from position 0: the mean weight
-    from each position i = seg_len + j of the repeat to j + 1, the token after its earlier copy."""
-    stripe = attn.diagonal(offset=1 - seg_len, dim1=-2, dim2=-1)  # (..., T-seg_len+1): (i, i-seg_len+1)
-    return stripe[..., 1:seg_len + 1].float().mean(-1)  # i = seg_len .. 2*seg_len-1
-
-
-def _device_of(model, device):
-    return device or next(model.parameters()).device
-
-
-@analysis
-def induction_scores(model, n_seqs=64, seg_len=None, seed=0, device=None):
-    """(n_layer, n_head) prefix-matching score of every head on repeated random segments; device=None: the model's."""
-    idx = repeated_tokens(model.config, n_seqs, seg_len, seed, _device_of(model, device))  # (n, 2s)
-    maps = model.attention_maps(idx)  # (L, n, H, 2s, 2s)
-    return prefix_matching_score(maps, idx.size(1) // 2).mean(1).cpu()  # (L, H)
-
-
-@analysis
-def icl_score(model, n_seqs=64, seg_len=None, seed=0, device=None):
-    """In-context learning: mean loss on the repeated half minus on the first (negative: the context helps;
-    nan for segments of one token, which leave nothing to predict)."""
-    if model.config.n_classes:
-        raise ValueError("icl_score needs a language model, not a classifier")
-    idx = repeated_tokens(model.config, n_seqs, seg_len, seed, _device_of(model, device))  # (n, 2s)
-    s = idx.size(1) // 2
-    logits, _ = model(idx)  # (n, 2s, V)
-    loss = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), idx[:, 1:], reduction="none")  # (n, 2s-1)
-    return (loss[:, s:].mean() - loss[:, :s - 1].mean()).item()  # targets s+1.. vs 1..s-1: s-1 tokens each
+def bare_flags(argv):
+    """A bare --flag of a bool option is --flag=True."""
+    return [f"{a}=True" if a.startswith("--") and isinstance(DEFAULTS.get(a[2:]), bool) else a for a in argv]
 
 
 # ----------------------------------------------------------------------------- plots
-
-
-def pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def plot_attention_maps(maps, labels, path, title):
@@ -215,7 +91,7 @@ def plot_induction(scores, path, title):
     plt.close(fig)
 
 
-# ----------------------------------------------------------------------------- what sample.py does
+# ----------------------------------------------------------------------------- what sample.py shows
 
 
 def show_attention_maps(model, task, config, name, dev):
@@ -274,23 +150,20 @@ def show_answers(model, task, config, dev):
           f"{exact}/{len(x)} examples entirely right")
 
 
-def load_corpus(name, config, train_config):
-    """meta.json and the tokenizer of a prepared corpus."""
-    folder = os.path.join(config["data_dir"] or train_config.get("data_dir", "data"), name)
-    meta = data.read_meta(folder, name)
-    return folder, meta, data.Tokenizer(meta["tokenizer"], config["bpe_dir"] or None)
+def read_prompt(start):
+    """--start as text: FILE:path reads the file."""
+    if not start.startswith("FILE:"):
+        return start
+    try:
+        with open(start[5:], encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise ConfigError(f"--start={start}: cannot read the file ({e.strerror})") from None
 
 
 def show_samples(model, tok, config, dev):
     """num_samples continuations of --start, as nanoGPT prints them."""
-    text = config["start"]
-    if text.startswith("FILE:"):
-        try:
-            with open(text[5:], encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise ConfigError(f"--start={text}: cannot read the file ({e.strerror})") from None
-    x = torch.tensor(tok.encode(text) or [tok.eot], dtype=torch.long, device=dev)[None]  # (1, t)
+    x = torch.tensor(tok.encode(read_prompt(config["start"])) or [tok.eot], dtype=torch.long, device=dev)[None]
     for _ in range(config["num_samples"]):
         y = model.generate(x, config["max_new_tokens"], config["temperature"], config["top_k"] or None,
                            config["use_cache"])
@@ -298,11 +171,10 @@ def show_samples(model, tok, config, dev):
         print("---------------")
 
 
-def show_classes(model, task, tok, meta, config, dev):
+def show_classes(model, task, tok, labels, config, dev):
     """The label of --classify, or predictions beside the truth for the first evaluation examples."""
-    labels = meta["labels"]
     if config["classify"]:
-        x, keep = data.encode_examples(tok, [config["classify"]], model.config.block_size)  # truncated, padded
+        x, keep = encode_examples(tok, [config["classify"]], model.config.block_size)  # truncated, padded
         if not keep[0]:
             raise ConfigError("--classify: the text has no tokens")
         probs = F.softmax(model(torch.from_numpy(x.astype(np.int64)).to(dev))[0].float(), -1)[0]  # (n_classes,)
@@ -316,42 +188,114 @@ def show_classes(model, task, tok, meta, config, dev):
     print(f"accuracy: {(probs.argmax(-1) == y).float().mean():.1%} over {len(y)} examples")
 
 
-@torch.no_grad()
-def main(argv):
-    config = parse_args(argv)
+def show_corpus(model, name, config, train_config, dev):
+    """Text samples from a language model, labels from a classifier, of a prepared corpus."""
+    data_dir = config["data_dir"] or train_config.get("data_dir", "data")
+    meta = read_meta(os.path.join(data_dir, name), name)
+    tok = Tokenizer(meta["tokenizer"], config["bpe_dir"] or None)
+    if not model.config.n_classes:
+        return show_samples(model, tok, config, dev)
+    task = make_task(name, model.config.block_size, data_dir, 1, train_config.get("eval_split", "val"))
+    show_classes(model, task, tok, meta["labels"], config, dev)
+
+
+def show(config):
+    """What the checkpoint in out_dir holds: answers, text or labels; or its attention maps and induction scores."""
     dev = pick_device(config["device"])
-    model, train_config = load_model(config["out_dir"], dev)
+    model, ckpt = load_model(os.path.join(config["out_dir"], "ckpt.pt"), dev)
     torch.manual_seed(config["seed"])
-    name = train_config["task"]
-    corpus = name in data.CORPUS_TASKS or name.partition("_")[0] not in data.TASKS  # a prepared folder
+    name = ckpt["config"]["task"]
+    corpus = name in CORPUS_TASKS or name.partition("_")[0] not in TASKS  # a prepared folder
     if config["classify"] and not model.config.n_classes:
         raise ConfigError(f"--classify needs a classifier; {config['out_dir']} holds a language model of {name}")
+    if config["attn_maps"]:
+        show_attention_maps(model, None if corpus else make_task(name), config, name, dev)
+    if config["induction"]:
+        show_induction(model, config, name, dev)
     if config["attn_maps"] or config["induction"]:
-        if config["attn_maps"]:
-            show_attention_maps(model, None if corpus else data.make_task(name), config, name, dev)
-        if config["induction"]:
-            show_induction(model, config, name, dev)
-    elif not corpus:
-        show_answers(model, data.make_task(name), config, dev)
+        return
+    if corpus:
+        show_corpus(model, name, config, ckpt["config"], dev)
     else:
-        folder, meta, tok = load_corpus(name, config, train_config)
-        if model.config.n_classes:
-            task = data.make_task(name, model.config.block_size, os.path.dirname(folder), 1,
-                                  train_config.get("eval_split", "val"))
-            show_classes(model, task, tok, meta, config, dev)
-        else:
-            show_samples(model, tok, config, dev)
+        show_answers(model, make_task(name), config, dev)
 
 
-def cli(argv):
-    """Run main; bad input ends in one line on stderr and exit status 2, never a traceback."""
+# ----------------------------------------------------------------------------- signal propagation at init
+
+
+def token_stats(x):
+    """The mean covariance (x_i . x_j / C) and cosine similarity between distinct tokens' residual streams x (B, t, C)."""
+    off = ~torch.eye(x.size(1), dtype=torch.bool)
+    cov = (x @ x.transpose(1, 2) / x.size(-1))[:, off]
+    unit = F.normalize(x, dim=-1)
+    return cov.mean().item(), (unit @ unit.transpose(1, 2))[:, off].mean().item()
+
+
+def unshape(model, seed):
+    """MixiT without its shaping: each fixed matrix plain random attention (a softmax of random scores, no
+    identity, no centring), and a plain residual sum."""
+    g = torch.Generator().manual_seed(seed)
+    for block in model.blocks:
+        A = block.attn.mixing
+        scores = torch.randn(A.shape, generator=g).masked_fill(torch.ones(A.shape[1:], dtype=torch.bool).triu(1), -torch.inf)
+        A.copy_(scores.softmax(-1))
+        block.s = block.r = 1.0
+    return model
+
+
+NETWORKS = {"MixiT": ("mixing", False), "MixiT without shaping": ("mixing", True), "random transformer": ("softmax", False)}
+
+
+def propagation_curves(depth, width, seed):
+    """{network: (depth+1, 2)} covariance and similarity after the embedding and after every layer, at init."""
+    idx = torch.randint(0, 64, (16, 64), generator=torch.Generator().manual_seed(seed))
+    curves = {}
+    for name, (attn, plain) in NETWORKS.items():
+        model = MixiT(MixiTConfig(vocab_size=64, block_size=64, n_layer=depth, n_embd=width, attn=attn, seed=seed))
+        model = unshape(model, seed) if plain else model
+        x, stats = model.embed(idx), []
+        for block in [None, *model.blocks]:
+            x = x if block is None else block(x)
+            stats.append(token_stats(x))
+        curves[name] = np.array(stats)
+    return curves
+
+
+def show_propagation(config):
+    """Print and plot (out_dir/propagation.png) the token covariance and similarity against depth, mean ± std."""
+    depth, runs = config["propagation"], [propagation_curves(config["propagation"], config["propagation_width"], s)
+                                          for s in range(3)]
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    layers = [l for l in (1, 2, 4, 8, 16, 32, 64) if l <= depth]
+    print("layer " + "".join(f"{l:>16}" for l in layers) + "   (token covariance; similarity)")
+    for name, color in zip(NETWORKS, (COLORS["mixing"], "tab:gray", COLORS["softmax"])):
+        values = np.stack([r[name] for r in runs])  # (seeds, depth+1, 2)
+        mean, std = values.mean(0), values.std(0)
+        print(f"{name}: " + "; ".join(f"{mean[l, 0]:.4f} {mean[l, 1]:.3f}" for l in layers))
+        for k, ax in enumerate(axes):
+            ax.plot(range(depth + 1), mean[:, k], color=color, label=name)
+            ax.fill_between(range(depth + 1), mean[:, k] - std[:, k], mean[:, k] + std[:, k], color=color, alpha=0.2)
+    for ax, what in zip(axes, ("covariance", "cosine similarity")):
+        ax.set(xlabel="layer", ylabel=f"mean token {what}", title=f"token {what} at init, width {config['propagation_width']}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_yscale("log")
+    os.makedirs(config["out_dir"], exist_ok=True)
+    path = os.path.join(config["out_dir"], "propagation.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def main(argv):
+    config = configure(DEFAULTS, bare_flags(argv), RULES, files=False)
     try:
-        main(argv)
-    except (ConfigError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        with torch.no_grad():
+            show_propagation(config) if config["propagation"] else show(config)
+    except ValueError as e:  # data.py's and prepare.py's bad input: an unprepared corpus, a missing tokenizer
+        raise ConfigError(str(e)) from None
 
 
 if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))
+    sys.exit(cli(main, sys.argv[1:]))

@@ -22,22 +22,23 @@ import torch
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (COLORS, ConfigError, Interrupted, OneOf, Stop, TrainingError, cli, configure, defaults_of,
-                    load_checkpoint, non_negative, peak_flops, positive, pyplot, save_checkpoint, setup, teardown,
+from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, cli, configure, defaults_of,
+                    load_checkpoint, non_negative, peak_flops, plot_comparison, positive, save_checkpoint, setup, teardown,
                     unit_interval)
-from data import TEST_SEED, Induction, Retrieval, make_task
-from sample import induction_scores  # TEMP until data.py has it
+from data import TEST_SEED, Induction, Memorize, Retrieval, induction_scores, make_task, retrieval_scores
 from mixit import ATTNS, FREEZES, QK_INITS, MixiT, MixiTConfig
 
 # -----------------------------------------------------------------------------
-# default config values: the main job, every variant on the paper's headline tasks
+# default config values: the main job, every variant on the paper's headline claims: MixiT matches the standard
+# transformer on arithmetic (addition_3) and memorization (memorize_32) with many heads, and fails retrieval
+# (retrieval_6), where Frozen-QK succeeds through an induction head (induction_score)
 # I/O
 out_dir = "out"
-eval_interval = 100
-log_interval = 25
+eval_interval = 250
+log_interval = 250
 init_from = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt)
 # task
-task = "memorize_32,retrieval_6"  # a comma list of tasks (data.py), or corpora prepared by prepare.py
+task = "addition_3,memorize_32,retrieval_6"  # a comma list of tasks (data.py), or corpora prepared by prepare.py
 data_dir = "data"  # where prepare.py put the corpora
 eval_split = "val"  # corpora: the split behind val_* ('test' for language modeling: the whole stream)
 eval_iters = 20  # language modeling: batches of the fixed validation sample
@@ -48,6 +49,7 @@ attn = "all"  # softmax | frozen_qk | mixing, a comma list, or all
 freeze = ""  # '' | mlp | blocks, or a comma list
 n_layer = 2
 n_head = 4
+mixing_heads = "16"  # MixiT's head counts, a comma list ('': n_head): the paper gives MixiT many heads
 n_embd = 128
 block_size = 0  # 0: the task's sequence length
 skip = math.sqrt(0.5)  # MixiT residual scaling s (the reference LM trainer uses 0.5)
@@ -57,10 +59,10 @@ qk_init = "paper"  # frozen_qk's frozen W_Q, W_K: paper N(0, 1/n_embd) | referen
 base_width = 512.0
 base_ffn = 1.0
 # optimizer: AdamW, linear warmup then cosine decay to min_lr
-batch_size = 128  # sequences per micro-batch
+batch_size = 64  # sequences per micro-batch
 gradient_accumulation_steps = 1  # micro-batches per optimizer step, over all processes together
-max_iters = 600
-learning_rate = 3e-3
+max_iters = 1000
+learning_rate = 1e-3
 min_lr = 0.0
 warmup_iters = 50
 lr_decay_iters = 0  # 0: max_iters
@@ -165,8 +167,13 @@ def eval_metrics(model, task, config, env):
         metrics["val_ppl"] = math.exp(min(val["loss"], 50.0))
     elif 1 < len(val["acc_pos"]) <= 32:  # several answers a sequence: how each answer position is learned
         metrics["val_acc_pos"] = val["acc_pos"]
-    if isinstance(task, (Induction, Retrieval)):  # the best head's prefix-matching score: an induction head?
+    if isinstance(task, Memorize):  # capacity: the label bits the model holds, rows x (log2 N - loss in bits)
+        bits = len(task.split_rows("train")) * max(0.0, math.log2(task.vocab_size // 2) - val["loss"] / math.log(2))
+        metrics["bits_per_param"] = bits / model.get_num_params(non_embedding=False, trainable=True)
+    if isinstance(task, Induction):  # the best head's prefix-matching score: has an induction head formed?
         metrics["induction_score"] = induction_scores(model, seed=TEST_SEED, device=env.device).max().item()
+    if isinstance(task, Retrieval):  # the best head's weight from the query to the value after its key
+        metrics["induction_score"] = retrieval_scores(model, task).max().item()
     return metrics
 
 
@@ -208,7 +215,7 @@ def train_step(train_model, task, optimizer, scaler, params, config, env, iter_n
         with env.autocast():
             _, loss = train_model(x, y)
         scaler.scale(loss * weight).backward()
-        step_loss += loss.detach() * weight / env.world_size
+        step_loss += loss.detach() * weight  # this process's estimate of the step's loss; their mean is exact
     norm = torch.zeros((), device=env.device)
     if config["grad_clip"]:
         scaler.unscale_(optimizer)
@@ -278,8 +285,9 @@ def train_run(config, task, env, stop):
         signum = env.agree_max(stop.signum)
         if signum:
             check_finite(first_bad, env, ckpt_path)
+            state = snapshot()  # a collective: every process takes part
             if env.master:
-                save_checkpoint(ckpt_path, model, optimizer, mconf, config, snapshot())
+                save_checkpoint(ckpt_path, model, optimizer, mconf, config, state)
             env.print(f"stopped by {signal.Signals(signum).name} at iter {iter_num}: wrote {ckpt_path}; "
                       f"continue with --init_from=resume")
             raise Interrupted(signum)
@@ -312,10 +320,11 @@ def train_run(config, task, env, stop):
             metrics = {"iter": iter_num, "train_loss": train_loss, **eval_metrics(model, task, config, env),
                        "lr": lr, "tokens": iter_num * tokens_per_iter, "time": round(time.time() - t_start, 2)}
             history.append(metrics)
+            state = snapshot()
             if env.master:
                 with open(metrics_path, "a") as f:
                     f.write(json.dumps(metrics) + "\n")
-                save_checkpoint(ckpt_path, model, optimizer, mconf, config, snapshot())
+                save_checkpoint(ckpt_path, model, optimizer, mconf, config, state)
             env.print("eval " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                           for k, v in metrics.items() if k not in ("lr", "tokens", "time", "val_acc_pos")))
             t_log, log_iters = time.time(), 0
@@ -343,7 +352,8 @@ def write_lines(path, lines):
 # ----------------------------------------------------------------------------- several runs side by side
 
 def run_label(run):
-    return run["attn"] + (f" freeze={run['freeze']}" if run["freeze"] else "")
+    heads = f" h={run['n_head']}" if run["attn"] == "mixing" and run["mixing_heads"] else ""
+    return run["attn"] + heads + (f" freeze={run['freeze']}" if run["freeze"] else "")
 
 
 def split_list(text, valid, name):
@@ -355,16 +365,24 @@ def split_list(text, valid, name):
     return items
 
 
+def head_counts(config):
+    """MixiT's head counts: mixing_heads as a list of positive integers, or n_head."""
+    heads = [h.strip() for h in config["mixing_heads"].split(",")] if config["mixing_heads"] else [config["n_head"]]
+    if not all(str(h).isdigit() and int(h) > 0 for h in heads):
+        raise ConfigError(f"mixing_heads={config['mixing_heads']!r}: expected positive integers like '4,16,64'")
+    return [int(h) for h in heads]
+
+
 def plan_runs(config):
-    """Every (task, attn, freeze, seed) combination, each with its own out_dir when there are several."""
+    """Every (task, attn and heads, freeze, seed) combination, each with its own out_dir when there are several."""
     tasks = [t.strip() for t in config["task"].split(",")]
     attns, freezes = split_list(config["attn"], ATTNS, "attn"), split_list(config["freeze"], FREEZES, "freeze")
     seeds = range(config["seed"], config["seed"] + config["seeds"])
-    runs = [dict(config, task=t, attn=a, freeze=f, seed=s, seeds=1)
-            for t in tasks for a in attns for f in freezes for s in seeds]
+    runs = [dict(config, task=t, attn=a, n_head=h, freeze=f, seed=s, seeds=1) for t in tasks for a in attns
+            for h in (head_counts(config) if a == "mixing" else [config["n_head"]]) for f in freezes for s in seeds]
     for run in runs:
         if len(runs) > 1:
-            name = f"{run['task']}-{run['attn']}" + (f"-freeze_{run['freeze']}" if run["freeze"] else "")
+            name = f"{run['task']}-" + run_label(run).replace(" h=", "-h").replace(" freeze=", "-freeze_")
             run["out_dir"] = os.path.join(config["out_dir"], name + (f"-s{run['seed']}" if len(seeds) > 1 else ""))
             run["fresh_if_missing"] = True  # resuming a comparison starts the runs that never began
     return runs
@@ -392,52 +410,6 @@ def markdown_table(table):
     return "\n".join(lines)
 
 
-PANELS = {"val_acc": ("accuracy", "accuracy (fraction of answers)"), "val_loss": ("evaluation loss", "cross-entropy"),
-          "induction_score": ("best head's induction score", "prefix-matching attention"),
-          "val_acc_pos": ("final accuracy per answer position", "accuracy")}
-
-
-def plot_comparison(runs, histories, path):
-    """Per task: accuracy and loss against steps (and the induction score, and the final accuracy per answer
-    position, where measured), one colour per variant, mean over seeds with a ± std band."""
-    plt = pyplot()
-    tasks = list(dict.fromkeys(run["task"] for run in runs))
-    keys_of = {t: [k for k in PANELS if any(k in h[-1] for r, h in zip(runs, histories) if r["task"] == t)]
-               for t in tasks}
-    ncols = max(map(len, keys_of.values()))
-    fig, axes = plt.subplots(len(tasks), ncols, figsize=(5.2 * ncols, 3.6 * len(tasks)), squeeze=False)
-    for row, task_name in zip(axes, tasks):
-        curves = {}
-        for run, history in zip(runs, histories):
-            if run["task"] == task_name:
-                curves.setdefault((run["attn"], run["freeze"]), []).append(history)
-        for ax, key in zip(row, keys_of[task_name]):
-            for (attn_name, frz), hs in curves.items():
-                if key == "val_acc_pos":
-                    values = np.array([h[-1][key] for h in hs])
-                    xs = np.arange(values.shape[1])
-                else:
-                    values = np.array([[m[key] for m in h] for h in hs])
-                    xs = [m["iter"] for m in hs[0]]
-                mean, std = values.mean(0), values.std(0)
-                ax.plot(xs, mean, {"": "-", "mlp": "--", "blocks": ":"}[frz], marker="o" if key == "val_acc_pos" else None,
-                        color=COLORS[attn_name], label=attn_name + (f" freeze={frz}" if frz else ""))
-                if len(hs) > 1:
-                    ax.fill_between(xs, mean - std, mean + std, color=COLORS[attn_name], alpha=0.2)
-            title, ylabel = PANELS[key]
-            ax.set(title=f"{task_name}: {title}", ylabel=ylabel,
-                   xlabel="answer position" if key == "val_acc_pos" else "optimizer step")
-            if key != "val_loss":
-                ax.set_ylim(-0.02, 1.02)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-        for ax in row[len(keys_of[task_name]):]:
-            ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def report(runs, histories, out_dir, env, seconds):
     text = markdown_table(summarize(runs, histories))
     env.print("\n" + text)
@@ -447,7 +419,7 @@ def report(runs, histories, out_dir, env, seconds):
             f.write(f"# {', '.join(dict.fromkeys(r['task'] for r in runs))}\n\nFinal metrics"
                     + (f", mean ± std over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else "")
                     + f". {len(runs)} runs in {format_time(seconds)} on {env.describe()}.\n\n{text}\n")
-        plot_comparison(runs, histories, os.path.join(out_dir, "compare.png"))
+        plot_comparison(runs, histories, run_label, os.path.join(out_dir, "compare.png"))
         env.print(f"wrote {os.path.join(out_dir, 'results.md')} and {os.path.join(out_dir, 'compare.png')}")
 
 

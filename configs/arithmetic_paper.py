@@ -1,4 +1,4 @@
-# Claim 1 at the paper's size (the MixiT depth.py runner, TASKS.md 2.2): additionstream_10 (our addition_10,
+# Claim 1 at the paper's size (the reference's algorithmic runner): additionstream_10 (our addition_10,
 # T = 34) and dyckstream_40 (dyck_40, T = 83), 2 layers, width 512, 4 heads, 1,000 sequences a step, AdamW
 # lr 1e-2 (depth.py's global: the README command never overrides it), weight decay 1e-3, warmup 500,
 # cosine to 0, 40,000 steps (max_steps 500 "epochs" x 80,000 / 1,000).
@@ -13,6 +13,7 @@ out_dir = "out/arithmetic_paper"
 n_layer = 2
 n_embd = 512
 n_head = 4
+mixing_heads = "64"  # MixiT with many heads (the reference sweeps 4, 32 and 64)
 batch_size = 1000
 max_iters = 40000
 warmup_iters = 500

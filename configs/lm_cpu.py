@@ -2,9 +2,9 @@
 # Byte-level WikiText-2 (vocab 257, padded to 320) so that a 2-core CPU spends its time in the blocks, not
 # in a 50k-word head: 4 layers, width 128, 4 heads, context 128, 32 sequences a step, 180 steps (737k
 # tokens) per run. val_ppl is per byte, on a fixed sample of the validation split.
-#   python data.py wikitext2 --src=../shared/data/wikitext-2 --tokenizer=bytes --name=wikitext2_bytes   # once
+#   python prepare.py wikitext2 --src=PATH/wikitext-2 --tokenizer=bytes --name=wikitext2_bytes   # once
 #   python train.py configs/lm_cpu.py --attn=all --seeds=3
-# (without ../shared/data, drop --src: data.py downloads WikiText-2.) configs/wikitext2_bpe_cpu.py is the
+# (without an offline copy, drop --src: prepare.py downloads WikiText-2.) configs/wikitext2_bpe_cpu.py is the
 # GPT-2 BPE version of this run, configs/lm_paper.py the paper's setup.
 task = "wikitext2_bytes"
 out_dir = "out/lm_cpu"

@@ -1,9 +1,9 @@
-# The paper's language-modeling setup (the MixiT README command, TASKS.md 2.3): WikiText-103, 12 layers,
+# The paper's language-modeling setup (the MixiT README command): WikiText-103, 12 layers,
 # width 512, 8 heads, context 256, AdamW lr 5e-4 with weight decay 0.01, 40,000 steps with 1,600 warmup
 # (4%), 512 sequences per step, evaluated on the whole test split (the reference's eval split).
 # Differences: GPT-2 BPE (the reference: a Llama tokenizer), packed windows instead of one padded line per
 # sequence, and cosine decay to 0 instead of linear. Compare variants at the same settings.
-#   python data.py wikitext103                       # download; offline: --src=DIR with wiki.{train,valid,test}.raw
+#   python prepare.py wikitext103                       # download; offline: --src=DIR with wiki.{train,valid,test}.raw
 #   python train.py configs/lm_paper.py --attn=mixing --out_dir=out/lm_paper     # one GPU: 8 micro-batches a step
 #   torchrun --standalone --nproc_per_node=8 train.py configs/lm_paper.py --attn=all --out_dir=out/lm_paper
 # The step is batch_size x gradient_accumulation_steps = 64 x 8 = 512 sequences (131k tokens) for any number

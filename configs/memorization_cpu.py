@@ -6,6 +6,7 @@ task = "memorize_32,memorize_64"
 out_dir = "out/memorization_cpu"
 attn = "softmax,mixing"
 freeze = ",mlp"
+mixing_heads = "16"  # MixiT with many heads, as the paper makes this claim
 batch_size = 512
 max_iters = 400
 eval_interval = 100

@@ -1,5 +1,5 @@
-# Claim 6 at the random-transformer paper's size (random_transformers experiment_stream.py and its README,
-# TASKS.md 2.1): embedding-only training on decimal addition, parenthesis balancing and needle-in-a-haystack
+# Claim 6 at the random-transformer paper's size (random_transformers experiment_stream.py and its README):
+# embedding-only training on decimal addition, parenthesis balancing and needle-in-a-haystack
 # retrieval, 2 layers, width 512 (the README passes wider models than the runner's d = 16), 4 heads, 1,000
 # sequences a step, AdamW lr 1e-3, weight decay 1e-3, warmup 500, cosine, 10,000 steps.
 #   python train.py configs/random_paper.py --seeds=3                       # one GPU

@@ -1,4 +1,4 @@
-# Claim 2 at the paper's size (the MixiT depth.py runner, TASKS.md 2.2): condattendstream_30 (our
+# Claim 2 at the paper's size (the reference's algorithmic runner): condattendstream_30 (our
 # retrieval_30, vocab 512, T = 63) and the induction task, 2 layers, width 512, 4 heads, 1,000 sequences
 # a step, AdamW lr 1e-2 (depth.py's global, which the README command never overrides), weight decay 1e-3,
 # warmup 500, cosine, 40,000 steps (depth.py: max_steps 200 "epochs" x 200,000 / 1,000).
@@ -8,6 +8,7 @@ out_dir = "out/retrieval_paper"
 n_layer = 2
 n_embd = 512
 n_head = 4
+mixing_heads = "64"  # MixiT with many heads: retrieval fails all the same
 batch_size = 1000
 max_iters = 40000
 warmup_iters = 500

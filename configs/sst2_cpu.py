@@ -1,6 +1,6 @@
 # SST-2 sentiment classification on a small CPU: every variant at one small size, under 5 minutes each on
 # 2 cores. The model reads the whole sentence (non-causal) and mean-pools its real tokens.
-#   python data.py sst2 --src=../shared/data/sst2 --bpe_dir=../shared/data/gpt2_bpe   # once (train + dev)
+#   python prepare.py sst2 --src=PATH/sst2 --bpe_dir=PATH/gpt2_bpe   # once (train + dev)
 #   python train.py configs/sst2_cpu.py --attn=all --out_dir=out/sst2_cpu
 # val_acc is the accuracy on the whole GLUE dev split (872 sentences, 50.9% positive).
 task = "sst2"

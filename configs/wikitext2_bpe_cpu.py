@@ -2,7 +2,7 @@
 # 2 cores (3.3 s per step; GPT-2 BPE, vocab padded to 50304, so at this width the embedding and the head
 # hold most parameters and most of the compute). 205k training tokens: enough to rank nothing but gross
 # failures; notes/data_results.md has the measured numbers, configs/lm_paper.py the paper's setup.
-#   python data.py wikitext2 --src=../shared/data/wikitext-2 --bpe_dir=../shared/data/gpt2_bpe   # once
+#   python prepare.py wikitext2 --src=PATH/wikitext-2 --bpe_dir=PATH/gpt2_bpe   # once
 #   python train.py configs/wikitext2_bpe_cpu.py --attn=all --out_dir=out/wikitext2_bpe_cpu
 # val_ppl is exp(val_loss) on a fixed sample of eval_iters x batch_size windows of valid.txt;
 # --eval_split=test scores the whole test stream at every eval instead (about 3 minutes each here).

@@ -1,9 +1,9 @@
 # Claim 5: sentiment classification (Yelp polarity), the variants' accuracies side by side. The shared
 # offline copy holds star-rated reviews: 4,484 train and 4,455 test after dropping 3-star ones (data.py's
 # meta.json says so). The model reads the first 128 GPT-2 tokens of a review (non-causal) and mean-pools.
-#   python data.py yelp_polarity --src=../shared/data/yelp_reviews_stars --bpe_dir=../shared/data/gpt2_bpe   # once
+#   python prepare.py yelp_polarity --src=PATH/yelp_reviews_stars --bpe_dir=PATH/gpt2_bpe   # once
 #   python train.py configs/yelp_cpu.py --attn=all --seeds=3
-# (without ../shared/data, drop --src and --bpe_dir: data.py downloads the 560k/38k-review dataset.)
+# (without an offline copy, drop --src and --bpe_dir: prepare.py downloads the 560k/38k-review dataset.)
 task = "yelp_polarity"
 out_dir = "out/yelp_cpu"
 n_layer = 2

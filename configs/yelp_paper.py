@@ -1,10 +1,10 @@
-# The paper's Yelp polarity classifier (the MixiT README slurm command, TASKS.md 2.4): 4 layers, width 512,
+# The paper's Yelp polarity classifier (the MixiT README slurm command): 4 layers, width 512,
 # 8 heads, context 256, AdamW lr 8e-4, 10,000 steps, 256 reviews per step, warmup 500 (max(4%, 500)),
 # weight decay 0.01 (the command says 0.07, but its shell wrapper never passes it on), evaluated on the
 # whole test split (data.py's 'val' split of yelp_polarity) every 1,000 steps.
 # Differences: GPT-2 BPE (the reference: a Llama tokenizer, with BOS) and mean pooling over the real tokens
 # (the reference: the last real token); cosine decay to 0 instead of linear.
-#   python data.py yelp_polarity                     # download (560k train / 38k test reviews)
+#   python prepare.py yelp_polarity                     # download (560k train / 38k test reviews)
 #   python train.py configs/yelp_paper.py --attn=all --out_dir=out/yelp_paper                # one GPU
 #   torchrun --standalone --nproc_per_node=2 train.py configs/yelp_paper.py --attn=all --out_dir=out/yelp_paper
 # The step is batch_size x gradient_accumulation_steps = 128 x 2 = 256 reviews for 1 or 2 processes.

@@ -1,0 +1,431 @@
+"""
+Prepare corpora for mixit: download (checksummed) or copy, tokenize (GPT-2 BPE through tiktoken, or
+bytes) and write data/<name>, which data.py reads.
+
+  python prepare.py wikitext103 | wikitext2 | tinyshakespeare | yelp_polarity | sst2   # download
+  python prepare.py wikitext2 --src=../shared/data/wikitext-2 --bpe_dir=../shared/data/gpt2_bpe   # offline copy
+  python prepare.py text --src=PATH [--name=mytext]      # any text file or folder; train with --task=mytext
+  options: --tokenizer=gpt2|bytes  --bpe_dir=DIR (or MIXIT_BPE_DIR)  --out_dir=data  --max_len=256  --name=NAME
+
+Language modeling: {train,val,test}.bin uint16 token streams, an end-of-text token after every document
+(a WikiText article; a file of `text`). Classification: {train,val}_{x,y}.npy. meta.json, written last,
+records the tokenizer, the counts and the source files with their sha256. Bad input ends in one line on
+stderr and exit status 2, leaving nothing half-written.
+"""
+import base64
+import csv
+import glob
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import sys
+import tarfile
+import threading
+import urllib.request
+import zipfile
+
+import numpy as np
+
+from common import ConfigError, OneOf, cli, configure, positive
+from data import TASKS
+
+TOKENIZERS = ("gpt2", "bytes")
+
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+TIKTOKEN_TIMEOUT = 30  # seconds for tiktoken to find or download the GPT-2 BPE files
+
+
+class Tokenizer:
+    """encode / decode with an end-of-text token: GPT-2 BPE (tiktoken) or raw UTF-8 bytes."""
+
+    def __init__(self, name, bpe_dir=None):
+        if name not in TOKENIZERS:
+            raise ValueError(f"unknown tokenizer {name!r}; valid: {', '.join(TOKENIZERS)}")
+        self.name = name
+        if name == "bytes":
+            self.n_vocab, self.eot, self.enc = 257, 256, None
+            return
+        self.enc = gpt2_encoding(bpe_dir or os.environ.get("MIXIT_BPE_DIR"))
+        self.n_vocab, self.eot = self.enc.n_vocab, self.enc.eot_token
+
+    def encode_batch(self, texts):
+        if self.enc is None:
+            return [list(t.encode("utf-8")) for t in texts]
+        return self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)  # text, never specials
+
+    def encode(self, text):
+        return self.encode_batch([text])[0]
+
+    def decode(self, ids):
+        ids = [int(i) for i in ids if i != self.eot and i < self.n_vocab]
+        if self.enc is None:
+            return bytes(ids).decode("utf-8", errors="replace")
+        return self.enc.decode(ids)
+
+
+def gpt2_encoding(bpe_dir):
+    """GPT-2 BPE from bpe_dir/gpt2.tiktoken (offline), else tiktoken's own (TIKTOKEN_CACHE_DIR or download)."""
+    import tiktoken
+    hint = ("offline: pass --bpe_dir=DIR holding gpt2.tiktoken (or set MIXIT_BPE_DIR=DIR; a copy is in "
+            "../shared/data/gpt2_bpe), or copy vocab.bpe and encoder.json into $TIKTOKEN_CACHE_DIR under "
+            "tiktoken's cache names (recipe A of ../shared/data/README.md), or use --tokenizer=bytes")
+    if not bpe_dir:
+        return tiktoken_gpt2(hint)
+    path = os.path.join(bpe_dir, "gpt2.tiktoken")
+    if not os.path.isfile(path):
+        raise ValueError(f"GPT-2 BPE: no gpt2.tiktoken in {bpe_dir}; {hint}")
+    with open(path, "rb") as f:
+        blob = f.read()
+    if hashlib.sha256(blob).hexdigest() != GPT2_TIKTOKEN_SHA256:
+        raise ValueError(f"GPT-2 BPE: {path} fails its sha256 check (expected {GPT2_TIKTOKEN_SHA256}); {hint}")
+    ranks = {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in blob.splitlines())}
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+
+
+def tiktoken_gpt2(hint, timeout=TIKTOKEN_TIMEOUT):
+    """tiktoken.get_encoding('gpt2'), given up after timeout seconds: its download has no timeout of
+    its own and can hang forever behind a silent network. A daemon thread never holds up the exit."""
+    import tiktoken
+    result = {}
+
+    def load():
+        try:
+            result["enc"] = tiktoken.get_encoding("gpt2")
+        except Exception as e:  # requests' errors, hash mismatches, ...
+            result["error"] = type(e).__name__
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if "enc" not in result:
+        reason = result.get("error", f"no answer within {timeout:g} s")
+        raise ValueError(f"GPT-2 BPE could not be loaded: not in tiktoken's cache, and downloading it failed "
+                         f"({reason}); {hint}")
+    return result["enc"]
+
+
+def _wikitext(url, md5, ext):
+    names = {s: (f"wiki.{s}.{ext}", f"{s}.txt") for s in ("train", "valid", "test")}
+    return dict(kind="lm", url=url, md5=md5, files=names, splits={"train": "train", "valid": "val", "test": "test"})
+
+
+SOURCES = {  # public sources with their recorded checksums (torchtext's, and the shared data README's)
+    "wikitext103": _wikitext("https://wikitext.smerity.com/wikitext-103-raw-v1.zip",
+                             "0ca3512bd7a238be4a63ce7b434f8935", "raw"),
+    "wikitext2": _wikitext("https://wikitext.smerity.com/wikitext-2-v1.zip",
+                           "542ccefacc6c27f945fb54453812b3cd", "tokens"),
+    "tinyshakespeare": dict(kind="lm", files={"input": ("input.txt",)}, splits={"input": "stream"},
+                            url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+                            sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+    # Yelp polarity: the public archive holds train.csv (560k) and test.csv (38k, evaluated as 'val'). The
+    # star-rated copy in ../shared/data/yelp_reviews_stars has only dev.csv and test.csv (5k reviews each):
+    # dev.csv trains and test.csv evaluates; meta.json records the files and the label rule.
+    "yelp_polarity": dict(kind="classification", files={"train": ("train.csv", "dev.csv"), "test": ("test.csv",)},
+                          splits={"train": "train", "test": "val"}, md5="620c8ae4bd5a150b730f1ba9a7c6a4d3",
+                          url="https://drive.usercontent.google.com/download?id=0Bz8a_Dbh9QhbNUpYQ2N3SGlFaDg"
+                              "&export=download&confirm=t", archive="yelp_review_polarity_csv.tar.gz"),
+    "sst2": dict(kind="classification", files={"train": ("train.tsv",), "dev": ("dev.tsv",)},
+                 splits={"train": "train", "dev": "val"}, url="https://dl.fbaipublicfiles.com/glue/data/SST-2.zip",
+                 md5="9f81648d4199384278b86e315dac217c"),
+    "text": dict(kind="lm", files=None, splits={"input": "stream"}),
+}
+
+
+USER_AGENT = "Mozilla/5.0 (compatible; mixit prepare.py)"  # some hosts refuse urllib's own (Python-urllib/3.x)
+
+
+def download(url, path, md5=None, sha256=None):
+    """Fetch url to path; the file must match its recorded checksum. A failure raises ValueError and
+    keeps nothing."""
+    tmp, expected = path + ".part", md5 or sha256
+    try:
+        digest = stream_to_file(url, tmp, hashlib.md5() if md5 else hashlib.sha256())
+        if digest != expected:
+            raise ValueError(f"{url} has checksum {digest}, not the recorded {expected}")
+        os.replace(tmp, path)
+    except OSError as e:  # urllib's errors, timeouts included
+        raise ValueError(f"downloading {url} failed ({type(e).__name__}: {e})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def stream_to_file(url, path, digest):
+    """Copy url into path with a progress line on stderr; returns the hex digest of the bytes."""
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    with urllib.request.urlopen(request, timeout=30) as response, open(path, "wb") as f:
+        total, done = int(response.headers.get("Content-Length") or 0), 0
+        try:
+            while chunk := response.read(1 << 20):
+                f.write(chunk)
+                digest.update(chunk)
+                done += len(chunk)
+                print(f"\rdownloading {url}: {done / 1e6:.1f} MB" + (f" of {total / 1e6:.1f}" if total else ""),
+                      end="", file=sys.stderr, flush=True)
+        finally:
+            print(file=sys.stderr)  # ends the progress line
+    return digest.hexdigest()
+
+
+ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
+
+
+def archive_members(path):
+    """{basename: bytes} of the files inside a zip or tar archive."""
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            return {os.path.basename(n): z.read(n) for n in z.namelist() if not n.endswith("/")}
+    with tarfile.open(path) as t:
+        return {os.path.basename(m.name): t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+
+
+def find_files(src, wanted):
+    """{role: (name, bytes)} for each role of wanted ({role: accepted basenames, preferred first}) found
+    in src: a folder (searched recursively, archives in it opened) or an archive."""
+    paths = sorted(glob.glob(os.path.join(src, "**", "*"), recursive=True)) if os.path.isdir(src) else [src]
+    found = {}
+    for path in filter(os.path.isfile, paths):
+        found.setdefault(os.path.basename(path), path)
+        if path.endswith(ARCHIVES):
+            for name, blob in archive_members(path).items():
+                found.setdefault(name, blob)
+    files = {}
+    for role, names in wanted.items():
+        name = next((n for n in names if n in found), None)
+        if name is not None:
+            files[role] = name, found[name] if isinstance(found[name], bytes) else open(found[name], "rb").read()
+    return files
+
+
+def missing_dirs(path):
+    """The folders that os.makedirs(path) would create, deepest first."""
+    made = []
+    while path and not os.path.isdir(path):
+        made.append(path)
+        path = os.path.dirname(path)
+    return made
+
+
+def fetch(dataset, spec, src, folder):
+    """The source files of a dataset as {role: (name, bytes)}, and where they came from: --src, else
+    folder/raw, else a download into folder/raw (on failure nothing is left, not even the folders)."""
+    raw = os.path.join(folder, "raw")
+    archive = spec.get("archive") or os.path.basename(spec["url"])
+    needs = ", ".join(" or ".join(names) for names in spec["files"].values())
+    needs += f" (or {archive})" if archive not in needs else ""
+    if src:
+        if os.path.isfile(src) and len(spec["files"]) == 1 and not src.endswith(ARCHIVES):
+            return {role: (os.path.basename(src), open(src, "rb").read()) for role in spec["files"]}, src
+        files = find_files(src, spec["files"])
+        if len(files) < len(spec["files"]):
+            raise ValueError(f"--src={src} lacks some of the files {dataset} needs: {needs}")
+        return files, src
+    files = find_files(raw, spec["files"]) if os.path.isdir(raw) else {}
+    if len(files) == len(spec["files"]):
+        return files, raw
+    made = missing_dirs(raw)
+    os.makedirs(raw, exist_ok=True)
+    try:
+        download(spec["url"], os.path.join(raw, archive), md5=spec.get("md5"), sha256=spec.get("sha256"))
+        files = find_files(raw, spec["files"])
+        if len(files) < len(spec["files"]):
+            raise ValueError(f"{archive} lacks some of the files {dataset} needs")
+    except ValueError as e:
+        for path in made:
+            os.rmdir(path)
+        raise ValueError(f"{dataset}: no local copy, and {e}; put {needs} in {raw}/ or pass --src=PATH "
+                         f"to a copy") from None
+    return files, spec["url"]
+
+
+def read_documents(src):
+    """The documents of `text`: one file, or every file of a folder (sorted)."""
+    paths = [src] if os.path.isfile(src) else sorted(
+        p for p in glob.glob(os.path.join(src, "**", "*"), recursive=True)
+        if os.path.isfile(p) and not os.path.basename(p).startswith("."))
+    if not paths:
+        raise ValueError(f"--src={src}: no text files found")
+    return {os.path.relpath(p, src) if p != src else os.path.basename(p): open(p, "rb").read() for p in paths}
+
+
+def wikitext_articles(text):
+    """A WikiText split as articles: each starts at a level-1 heading line ' = Title = '."""
+    return [a for a in re.split(r"(?m)^(?= = [^=].* = $)", text) if a.strip()]
+
+
+def read_sst2(blob):
+    """GLUE SST-2 TSV with a header, in either column order (sentence/content, label): texts, labels, rule."""
+    rows = csv.reader(io.StringIO(blob.decode("utf-8")), delimiter="\t", quoting=csv.QUOTE_NONE)
+    header = next(rows)
+    text_col = next(i for i, h in enumerate(header) if h in ("sentence", "content"))
+    rows = [r for r in rows if r]
+    return [r[text_col] for r in rows], [int(r[header.index("label")]) for r in rows], "label 0 negative, 1 positive"
+
+
+def read_yelp(blob):
+    """Yelp polarity CSV ("label","text" with 1 negative, 2 positive), or star-rated reviews
+    (text,label1,"Review Stars: s") as in ../shared/data: 1-2 stars negative, 4-5 positive, 3 dropped.
+    Returns texts, labels and the rule that made the labels."""
+    rows = list(csv.reader(io.StringIO(blob.decode("utf-8"))))
+    if rows[0][0] == "text":
+        rated = [(r[0], float(r[2].split(":")[-1])) for r in rows[1:]]
+        return ([t for t, s in rated if s != 3], [int(s >= 4) for t, s in rated if s != 3],
+                "stars: 1-2 negative, 4-5 positive, 3 dropped")
+    texts = [r[1].replace("\\n", "\n").replace('\\"', '"') for r in rows]
+    return texts, [int(r[0]) - 1 for r in rows], "class 1 negative, 2 positive"
+
+
+def encode_documents(tok, documents):
+    """One uint16 stream: each document's tokens followed by the end-of-text token."""
+    parts = []
+    for i in range(0, len(documents), 1024):
+        for ids in tok.encode_batch(documents[i:i + 1024]):
+            parts.append(np.asarray(ids + [tok.eot], dtype=np.uint16))
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint16)
+
+
+def encode_examples(tok, texts, max_len):
+    """(n, max_len) uint16 token ids, truncated, padded with the end-of-text token; empty texts dropped."""
+    ids = [row[:max_len] for row in tok.encode_batch(texts)]
+    x = np.full((len(ids), max_len), tok.eot, dtype=np.uint16)
+    for i, row in enumerate(ids):
+        x[i, :len(row)] = row
+    return x, np.array([len(row) > 0 for row in ids])
+
+
+def write_atomic(path, write):
+    """write(f) into path.tmp, then rename it to path: a reader never sees a half-written file."""
+    with open(path + ".tmp", "wb") as f:
+        write(f)
+    os.replace(path + ".tmp", path)
+
+
+def save_array(path, array):
+    """A .npy array, or the raw bytes of a .bin token stream."""
+    if path.endswith(".npy"):
+        write_atomic(path, lambda f: np.save(f, array, allow_pickle=False))
+    else:
+        write_atomic(path, array.tofile)
+
+
+def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", max_len=256, name=None):
+    """Tokenize a corpus into out_dir/<name>: {train,val,test}.bin for language modeling, or
+    {train,val}_{x,y}.npy for classification; meta.json last, so it marks a complete folder."""
+    check_request(dataset, src, name)
+    spec, folder = SOURCES[dataset], os.path.join(out_dir, name or dataset)
+    tok = Tokenizer(tokenizer, bpe_dir)
+    if dataset == "text":
+        files, origin = {path: (path, blob) for path, blob in read_documents(src).items()}, src
+    else:
+        files, origin = fetch(dataset, spec, src, folder)
+    made = missing_dirs(folder)
+    os.makedirs(folder, exist_ok=True)
+    if os.path.exists(os.path.join(folder, "meta.json")):
+        os.remove(os.path.join(folder, "meta.json"))  # a folder being rewritten is not prepared
+    sources = {spec["splits"].get(role, role): {"file": file, "sha256": hashlib.sha256(blob).hexdigest()}
+               for role, (file, blob) in files.items()}  # by split: train, val, test, or stream (text: by file)
+    meta = {"dataset": dataset, "kind": spec["kind"], "tokenizer": tok.name, "vocab_size": tok.n_vocab,
+            "eot": tok.eot, "source": origin, "source_files": sources}
+    try:
+        if spec["kind"] == "lm":
+            meta["tokens"] = write_lm(tok, spec, files, folder)
+        else:
+            meta.update(max_len=max_len, n_classes=2, pad_id=tok.eot, labels=["negative", "positive"])
+            meta["examples"], meta["label_rule"] = write_classification(tok, dataset, spec, files, folder, max_len)
+    except ValueError:  # unreadable source files: a folder made here goes again
+        if made:
+            shutil.rmtree(made[-1])
+        raise
+    write_atomic(os.path.join(folder, "meta.json"), lambda f: f.write(json.dumps(meta, indent=1).encode()))
+    return folder, meta
+
+
+def check_request(dataset, src, name):
+    """prepare()'s arguments, checked before anything is read or written."""
+    if dataset not in SOURCES:
+        raise ValueError(f"unknown dataset {dataset!r}; valid: {', '.join(SOURCES)}")
+    if name and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
+        raise ValueError(f"--name={name!r}: a folder name of letters, digits, '_', '.' and '-'")
+    if name and name.partition("_")[0] in TASKS:
+        raise ValueError(f"--name={name!r} would read as the algorithmic task {name.partition('_')[0]}_N; "
+                         f"choose another name")
+    if dataset == "text" and not src:
+        raise ValueError("text needs --src=PATH: a text file or a folder of text files")
+    if src and not os.path.exists(src):
+        raise ValueError(f"--src={src} does not exist")
+
+
+def utf8(file, blob):
+    try:
+        return blob.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{file} is not UTF-8 text (byte {e.start})") from None
+
+
+def write_lm(tok, spec, files, folder):
+    """{split}.bin token streams; returns {split: tokens}. A single stream (tinyshakespeare, text) is
+    cut 90% train / 10% val; WikiText keeps its splits, one document per article."""
+    if spec["splits"] == {"input": "stream"}:
+        stream = encode_documents(tok, [blob.decode("utf-8", errors="replace") for _, blob in files.values()])
+        cut = int(0.9 * len(stream))
+        splits = {"train": stream[:cut], "val": stream[cut:]}
+    else:
+        splits = {spec["splits"][role]: encode_documents(tok, wikitext_articles(utf8(file, blob)))
+                  for role, (file, blob) in files.items()}
+    for split, tokens in splits.items():
+        save_array(os.path.join(folder, f"{split}.bin"), tokens)
+    return {split: int(len(tokens)) for split, tokens in splits.items()}
+
+
+FORMATS = {"sst2": "UTF-8 tab-separated rows under a header naming label and sentence (or content)",
+           "yelp_polarity": 'UTF-8 CSV rows "label","text" with label 1 or 2, or text,label1,"Review Stars: s" '
+                            'under a header'}
+
+
+def write_classification(tok, dataset, spec, files, folder, max_len):
+    """{split}_x.npy (n, max_len) token ids and {split}_y.npy labels; returns {split: examples}, label rule."""
+    reader = read_sst2 if dataset == "sst2" else read_yelp
+    examples, rules = {}, set()
+    for role, (file, blob) in files.items():
+        split = spec["splits"][role]
+        try:
+            texts, labels, rule = reader(blob)
+        except (ValueError, IndexError, StopIteration, csv.Error) as e:  # UnicodeDecodeError is a ValueError
+            raise ValueError(f"{file} is not a {dataset} file ({type(e).__name__}: {e}); expected "
+                             f"{FORMATS[dataset]}") from None
+        if not set(labels) <= {0, 1}:
+            raise ValueError(f"{file} has labels outside the two classes ({rule})")
+        x, keep = encode_examples(tok, texts, max_len)
+        save_array(os.path.join(folder, f"{split}_x.npy"), x[keep])
+        save_array(os.path.join(folder, f"{split}_y.npy"), np.asarray(labels, dtype=np.uint8)[keep])
+        examples[split] = int(keep.sum())
+        rules.add(rule)
+    return examples, "; ".join(sorted(rules))
+
+
+OPTIONS = {"src": "", "tokenizer": "gpt2", "bpe_dir": "", "out_dir": "data", "max_len": 256, "name": ""}
+RULES = {"tokenizer": OneOf(TOKENIZERS), "max_len": positive}
+
+
+def main(argv):
+    """python prepare.py DATASET [--key=value ...]: prepare the corpus and print what was written."""
+    if not argv or argv[0].startswith("--"):
+        raise ConfigError(f"usage: python prepare.py DATASET [--key=value]; datasets: {', '.join(SOURCES)}")
+    options = configure(OPTIONS, argv[1:], RULES, files=False)
+    try:
+        folder, meta = prepare(argv[0], **options)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    counts = meta.get("tokens") or meta.get("examples")
+    unit = "tokens" if meta["kind"] == "lm" else "examples"
+    print(f"wrote {folder}: " + ", ".join(f"{split} {n:,} {unit}" for split, n in counts.items())
+          + f" ({meta['tokenizer']}, vocab {meta['vocab_size']})")
+
+
+if __name__ == "__main__":
+    sys.exit(cli(main, sys.argv[1:]))
