@@ -3,7 +3,7 @@ Prepare corpora for mixit: download (checksummed) or copy, tokenize (GPT-2 BPE t
 bytes) and write data/<name>, which data.py reads.
 
   python prepare.py wikitext103 | wikitext2 | tinyshakespeare | yelp_polarity | sst2   # download
-  python prepare.py wikitext2 --src=../shared/data/wikitext-2 --bpe_dir=../shared/data/gpt2_bpe   # offline copy
+  python prepare.py wikitext2 --src=PATH --bpe_dir=DIR     # an offline copy; GPT-2 BPE from DIR/gpt2.tiktoken
   python prepare.py text --src=PATH [--name=mytext]      # any text file or folder; train with --task=mytext
   options: --tokenizer=gpt2|bytes  --bpe_dir=DIR (or MIXIT_BPE_DIR)  --out_dir=data  --max_len=256  --name=NAME
 
@@ -70,9 +70,8 @@ class Tokenizer:
 def gpt2_encoding(bpe_dir):
     """GPT-2 BPE from bpe_dir/gpt2.tiktoken (offline), else tiktoken's own (TIKTOKEN_CACHE_DIR or download)."""
     import tiktoken
-    hint = ("offline: pass --bpe_dir=DIR holding gpt2.tiktoken (or set MIXIT_BPE_DIR=DIR; a copy is in "
-            "../shared/data/gpt2_bpe), or copy vocab.bpe and encoder.json into $TIKTOKEN_CACHE_DIR under "
-            "tiktoken's cache names (recipe A of ../shared/data/README.md), or use --tokenizer=bytes")
+    hint = ("offline: pass --bpe_dir=DIR holding gpt2.tiktoken (or set MIXIT_BPE_DIR=DIR), or copy vocab.bpe "
+            "and encoder.json into $TIKTOKEN_CACHE_DIR under tiktoken's cache names, or use --tokenizer=bytes")
     if not bpe_dir:
         return tiktoken_gpt2(hint)
     path = os.path.join(bpe_dir, "gpt2.tiktoken")
@@ -114,7 +113,7 @@ def _wikitext(url, md5, ext):
     return dict(kind="lm", url=url, md5=md5, files=names, splits={"train": "train", "valid": "val", "test": "test"})
 
 
-SOURCES = {  # public sources with their recorded checksums (torchtext's, and the shared data README's)
+SOURCES = {  # public sources with their published checksums
     "wikitext103": _wikitext("https://wikitext.smerity.com/wikitext-103-raw-v1.zip",
                              "0ca3512bd7a238be4a63ce7b434f8935", "raw"),
     "wikitext2": _wikitext("https://wikitext.smerity.com/wikitext-2-v1.zip",
@@ -123,7 +122,7 @@ SOURCES = {  # public sources with their recorded checksums (torchtext's, and th
                             url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
                             sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
     # Yelp polarity: the public archive holds train.csv (560k) and test.csv (38k, evaluated as 'val'). The
-    # star-rated copy in ../shared/data/yelp_reviews_stars has only dev.csv and test.csv (5k reviews each):
+    # star-rated offline copy (yelp_reviews_stars) has only dev.csv and test.csv (5k reviews each):
     # dev.csv trains and test.csv evaluates; meta.json records the files and the label rule.
     "yelp_polarity": dict(kind="classification", files={"train": ("train.csv", "dev.csv"), "test": ("test.csv",)},
                           splits={"train": "train", "test": "val"}, md5="620c8ae4bd5a150b730f1ba9a7c6a4d3",
@@ -269,7 +268,7 @@ def read_sst2(blob):
 
 def read_yelp(blob):
     """Yelp polarity CSV ("label","text" with 1 negative, 2 positive), or star-rated reviews
-    (text,label1,"Review Stars: s") as in ../shared/data: 1-2 stars negative, 4-5 positive, 3 dropped.
+    (text,label1,"Review Stars: s") as in the offline copy: 1-2 stars negative, 4-5 positive, 3 dropped.
     Returns texts, labels and the rule that made the labels."""
     rows = list(csv.reader(io.StringIO(blob.decode("utf-8"))))
     if rows[0][0] == "text":
