@@ -18,7 +18,8 @@ from torch.nn import functional as F
 
 from common import (COLORS, ConfigError, cli, configure, defaults_of, load_model, non_negative, pick_device, positive,
                     pyplot)
-from data import CORPUS_TASKS, TASKS, icl_score, induction_scores, make_task, read_meta, repeated_tokens
+from data import (CORPUS_TASKS, TASKS, Retrieval, icl_score, induction_scores, make_task, read_meta, repeated_tokens,
+                  retrieval_scores)
 from mixit import MixiT, MixiTConfig
 from prepare import Tokenizer, encode_examples
 
@@ -110,11 +111,16 @@ def show_attention_maps(model, task, config, name, dev):
     print(f"wrote {path}")
 
 
-def show_induction(model, config, name, dev):
-    """Per-head induction scores, the best head and the in-context-learning score; out_dir/induction.png."""
-    scores = induction_scores(model, seed=config["seed"], device=dev)  # (L, H)
+def show_induction(model, task, config, name, dev):
+    """Per-head induction scores, the best head and the in-context-learning score; out_dir/induction.png. A retrieval
+    model is scored on its task: the weight from the query to the value after its key."""
+    if isinstance(task, Retrieval):
+        scores, what = retrieval_scores(model, task), "weight from each query to the value after its key"
+    else:
+        scores, what = induction_scores(model, seed=config["seed"], device=dev), \
+            "weight from each repeated token to the one after its first copy"
     L, H = scores.shape
-    print("induction score per head (weight from each repeated token to the one after its first copy; 1 = ideal):")
+    print(f"induction score per head ({what}; 1 = ideal):")
     print("         " + "".join(f"{f'head {h}':>8}" for h in range(H)))
     for l in range(L):
         print(f"layer {l:<3}" + "".join(f"{v:8.3f}" for v in scores[l].tolist()))
@@ -211,7 +217,7 @@ def show(config):
     if config["attn_maps"]:
         show_attention_maps(model, None if corpus else make_task(name), config, name, dev)
     if config["induction"]:
-        show_induction(model, config, name, dev)
+        show_induction(model, None if corpus else make_task(name), config, name, dev)
     if config["attn_maps"] or config["induction"]:
         return
     if corpus:
