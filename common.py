@@ -4,6 +4,7 @@ process set-up, the peak FLOP/s of the hardware, checkpoint loading and plot set
 """
 import ast
 import datetime
+import functools
 import hashlib
 import os
 import signal
@@ -302,6 +303,7 @@ GPU_PEAK_TFLOPS = [
 ]
 
 
+@functools.cache  # once per process and dtype
 def measure_cpu_peak(dtype, seconds=1.0, n=1024):
     """A CPU's matmul rate: the best mean over groups of back-to-back n^3 products of about 0.1 s each (a step
     is timed by a mean too), through the kernel the linear layers use."""

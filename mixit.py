@@ -353,7 +353,7 @@ class MixiT(nn.Module):
             bwd += cfg.n_layer * 8 * cfg.n_embd * seen
         return fwd + bwd if training else fwd
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
         """Continue idx (B, t) by max_new_tokens tokens; top_k=1 is greedy. With use_cache a new token costs one
         position and gives the same tokens. Past block_size the window keeps its last block_size tokens."""
