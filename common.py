@@ -371,18 +371,23 @@ def load_model(path, device="cpu"):
     return model.to(device).eval(), ckpt
 
 
+def write_atomic(path, write):
+    """write(f) into path.tmp, fsync, then rename it to path: a kill mid-write leaves the last file intact."""
+    with open(path + ".tmp", "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
 def save_checkpoint(path, model, optimizer, mconf, config, state):
-    """Write through a temporary file, fsync and a rename: a kill mid-write leaves the last checkpoint intact.
-    Tensors and plain values only, so torch.load(weights_only=True) reads it and runs no code."""
+    """A checkpoint, written atomically. Tensors and plain values only, so torch.load(weights_only=True) reads it
+    and runs no code."""
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": asdict(mconf),
             "config": config, **state, "rng": {"torch": torch.get_rng_state()}}
     if torch.cuda.is_available():
         ckpt["rng"]["cuda"] = torch.cuda.get_rng_state_all()
-    with open(path + ".tmp", "wb") as f:
-        torch.save(ckpt, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
+    write_atomic(path, lambda f: torch.save(ckpt, f))
 
 
 # ----------------------------------------------------------------------------- plots

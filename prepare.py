@@ -29,7 +29,7 @@ import zipfile
 
 import numpy as np
 
-from common import ConfigError, OneOf, cli, configure, positive
+from common import ConfigError, OneOf, cli, configure, positive, write_atomic
 from data import TASKS
 
 TOKENIZERS = ("gpt2", "bytes")
@@ -295,13 +295,6 @@ def encode_examples(tok, texts, max_len):
     for i, row in enumerate(ids):
         x[i, :len(row)] = row
     return x, np.array([len(row) > 0 for row in ids])
-
-
-def write_atomic(path, write):
-    """write(f) into path.tmp, then rename it to path: a reader never sees a half-written file."""
-    with open(path + ".tmp", "wb") as f:
-        write(f)
-    os.replace(path + ".tmp", path)
 
 
 def save_array(path, array):

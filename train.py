@@ -23,8 +23,8 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, cli, configure, defaults_of,
-                    load_checkpoint, non_negative, peak_flops, plot_comparison, positive, save_checkpoint, setup, teardown,
-                    unit_interval)
+                    load_checkpoint, non_negative, peak_flops, plot_comparison, positive, save_checkpoint, setup,
+                    teardown, unit_interval, write_atomic)
 from data import TEST_SEED, Induction, Memorize, Retrieval, induction_scores, make_task, retrieval_scores
 from mixit import ATTNS, FREEZES, QK_INITS, MixiT, MixiTConfig
 
@@ -261,7 +261,8 @@ def train_run(config, task, env, stop):
         env.print(f"resumed {ckpt_path} at iter {state['iter_num']}")
     if env.master:
         os.makedirs(out, exist_ok=True)
-        write_lines(metrics_path, [json.dumps(m) + "\n" for m in history])  # drop evals made after the checkpoint
+        # drop the evals made after the checkpoint
+        write_atomic(metrics_path, lambda f: f.write("".join(json.dumps(m) + "\n" for m in history).encode()))
     env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] {model.get_num_params() / 1e6:.2f}M "
               f"non-embedding parameters, {model.get_num_params(trainable=True) / 1e6:.2f}M trainable; out_dir {out}")
     compiled = config["compile"] is True or (config["compile"] == "auto" and env.device_type == "cuda")
@@ -341,12 +342,6 @@ def read_history(path, upto):
         return []
     with open(path) as f:
         return [m for m in map(json.loads, f) if m["iter"] <= upto]
-
-
-def write_lines(path, lines):
-    with open(path + ".tmp", "w") as f:
-        f.writelines(lines)
-    os.replace(path + ".tmp", path)
 
 
 # ----------------------------------------------------------------------------- several runs side by side
