@@ -5,6 +5,7 @@ process set-up, the peak FLOP/s of the hardware, checkpoint loading and plot set
 import ast
 import datetime
 import functools
+import gc
 import hashlib
 import os
 import signal
@@ -164,7 +165,7 @@ class Env:
     local_rank: int = 0
     world_size: int = 1
     ddp: bool = False
-    control: object = None  # a gloo group on the host: agreeing on a flag costs no GPU sync
+    control: object = None  # under nccl, a gloo group on the host: agreeing on a flag costs no GPU sync
 
     @property
     def device_type(self):
@@ -283,12 +284,17 @@ def setup(device="auto", dtype="auto"):
         backend = "nccl" if dev.type == "cuda" else "gloo"
         timeout = datetime.timedelta(minutes=10)  # a rank that dies ends the others' waits, not hangs them
         dist.init_process_group(backend, timeout=timeout, device_id=dev if dev.type == "cuda" else None)
-        env.control = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else dist.group.WORLD
+        if backend == "nccl":
+            env.control = dist.new_group(backend="gloo", timeout=timeout)
     return env
 
 
 def teardown(env):
+    """Destroy the process groups while Python is still alive: a gloo group whose last reference (a DDP wrapper in
+    a reference cycle, env.control) is freed during interpreter shutdown can abort the process on exit."""
     if env.ddp and dist.is_initialized():
+        env.control = None
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -1,7 +1,7 @@
 # WikiText-2 language modeling on a small CPU: every variant at one small size, about 6 minutes each on
 # 2 cores (3.3 s per step; GPT-2 BPE, vocab padded to 50304, so at this width the embedding and the head
 # hold most parameters and most of the compute). 205k training tokens: enough to rank nothing but gross
-# failures; notes/data_results.md has the measured numbers, configs/lm_paper.py the paper's setup.
+# failures; configs/lm_paper.py is the paper's setup.
 #   python prepare.py wikitext2 --src=PATH/wikitext-2 --bpe_dir=PATH/gpt2_bpe   # once
 #   python train.py configs/wikitext2_bpe_cpu.py --attn=all --out_dir=out/wikitext2_bpe_cpu
 # val_ppl is exp(val_loss) on a fixed sample of eval_iters x batch_size windows of valid.txt;
