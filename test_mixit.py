@@ -171,6 +171,19 @@ def test_torchrun_local_rank_picks_its_gpu_and_nccl(fake_cuda, monkeypatch):
         common.setup("cuda:0", "auto")
 
 
+def test_teardown_leaves_no_reference_to_the_groups(fake_cuda, monkeypatch):
+    """A gloo group whose last reference outlives destroy_process_group is freed during interpreter shutdown, where
+    its worker threads can abort the process (it did, about one 2-process run in 15)."""
+    for var, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2").items():
+        monkeypatch.setenv(var, value)
+    env = common.setup("cuda", "auto")
+    destroyed = []
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "destroy_process_group", lambda: destroyed.append(env.control))
+    common.teardown(env)
+    assert destroyed == [None]
+
+
 def test_bad_cuda_choices_name_what_is_valid(fake_cuda, monkeypatch):
     with pytest.raises(common.ConfigError, match=r"has 2 GPU\(s\); valid: cuda:0 .. cuda:1"):
         common.setup("cuda:2", "auto")

@@ -1,6 +1,6 @@
-# Claim 5: sentiment classification (Yelp polarity), the variants' accuracies side by side. The shared
-# offline copy holds star-rated reviews: 4,484 train and 4,455 test after dropping 3-star ones (data.py's
-# meta.json says so). The model reads the first 128 GPT-2 tokens of a review (non-causal) and mean-pools.
+# Claim 5: sentiment classification (Yelp polarity), the variants' accuracies side by side. The README's
+# numbers come from a sample of star-rated reviews: 4,484 train and 4,455 test after dropping 3-star ones (the
+# prepared meta.json says so). The model reads the first 128 GPT-2 tokens of a review (non-causal), mean-pooled.
 #   python prepare.py yelp_polarity --src=PATH/yelp_reviews_stars --bpe_dir=PATH/gpt2_bpe   # once
 #   python train.py configs/yelp_cpu.py --attn=all --seeds=3
 # (without an offline copy, drop --src and --bpe_dir: prepare.py downloads the 560k/38k-review dataset.)
