@@ -25,13 +25,13 @@ import time
 import torch
 
 from common import (COLORS, ConfigError, OneOf, TrainingError, cli, configure, defaults_of, non_negative, positive,
-                    peak_flops, pyplot, setup, teardown)
+                    peak_flops, pyplot, save_checkpoint, setup, teardown)
 from mixit import ATTNS, MixiT, MixiTConfig
 
 # -----------------------------------------------------------------------------
 out_dir = "out_bench"
-parts = "calib,train,sweep,profile,smoke"  # a comma list of these
-attn = "all"  # softmax | frozen_qk | mixing, a comma list, or all
+parts = "calib,build,train,sweep,profile,smoke"  # a comma list of these
+attn = "all"  # softmax | frozen_qk | mixing | learned_mixing, a comma list, or all (the paper's three)
 size = "auto"  # auto (paper on CUDA, else tiny) | paper | tiny: the shapes, and what the 0s below mean
 device = "auto"  # auto, cpu, cuda, cuda:N
 dtype = "auto"  # auto (bfloat16 on CUDA, else float32), float32, bfloat16
@@ -44,18 +44,19 @@ smoke_task = "addition_3"
 smoke_iters = 0  # train.py steps per variant (0: 200 paper, 20 tiny)
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
-PARTS = ("calib", "train", "sweep", "profile", "smoke")
+PARTS = ("calib", "build", "train", "sweep", "profile", "smoke")
 RULES = {"size": OneOf(("auto", "paper", "tiny")), "dtype": OneOf(("auto", "float32", "bfloat16")),
          "compile": OneOf(("auto", True, False)),
          "profile_steps": positive, **dict.fromkeys(("steps", "repeats", "warmup", "smoke_iters"), non_negative)}
 SHAPE = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "accum", "vocab_size")  # accum: micro-batches
-SIZES = {  # shapes as SHAPE; sweep: the same but a list of T and the tokens per step (batch = tokens // T)
+SIZES = {  # shapes as SHAPE; sweep: the same but a list of T and the tokens per step (batch = tokens // T); build:
+    # MixiT at long context (n_layer, n_embd, n_head, block_size, vocab_size)
     "paper": dict(steps=50, repeats=5, warmup=3, smoke_iters=200,
                   shapes={"lm_paper": (12, 512, 8, 256, 64, 8, 50304), "gpt2_small": (12, 768, 12, 1024, 16, 1, 50304)},
-                  sweep=(12, 768, 12, (256, 512, 1024, 2048, 4096), 16384, 50304)),
+                  sweep=(12, 768, 12, (256, 512, 1024, 2048, 4096), 16384, 50304), build=(12, 512, 8, 4096, 50304)),
     "tiny": dict(steps=5, repeats=2, warmup=1, smoke_iters=20,
                  shapes={"lm_tiny": (2, 128, 4, 64, 8, 2, 512), "gpt2_tiny": (2, 128, 4, 128, 4, 1, 512)},
-                 sweep=(2, 128, 4, (64, 128, 256), 512, 512)),
+                 sweep=(2, 128, 4, (64, 128, 256), 512, 512), build=(12, 256, 8, 4096, 512)),
 }
 
 
@@ -65,17 +66,59 @@ def sync(env):
 
 
 def peak_memory(env, reset=False):
-    """Bytes: the CUDA allocator's peak, or the process's peak resident set (Linux: since the last reset)."""
+    """Bytes: the CUDA allocator's peak, or the process's peak resident set (host_memory)."""
     if env.device_type == "cuda":
         return torch.cuda.reset_peak_memory_stats(env.device) if reset else torch.cuda.max_memory_allocated(env.device)
+    return host_memory("VmHWM", reset)
+
+
+def host_memory(what="VmHWM", reset=False):
+    """Bytes of this process's peak (VmHWM; Linux: since the last reset) or current (VmRSS) resident set."""
     try:
         if reset:
             with open("/proc/self/clear_refs", "w") as f:
                 return f.write("5")  # the peak RSS (VmHWM) starts again from the current RSS
         with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith(what + ":"))
     except (OSError, StopIteration):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+def build_costs(env, config, out):
+    """MixiT's fixed matrices at long context: the time and host memory of building the model on this device, and
+    on the meta device (a stand-in for a GPU on a machine without one: what a build leaves on the host); the size of
+    its checkpoint beside a softmax model's of the same width."""
+    L, C, H, T, V = SIZES[config["size"]]["build"]
+    cfg = lambda attn: MixiTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C, attn=attn)
+    rows = []
+    for device in dict.fromkeys((env.device, torch.device("meta"))):
+        gc.collect()
+        sync(env)
+        before, _ = host_memory("VmRSS"), host_memory(reset=True)
+        t0 = time.perf_counter()
+        model = MixiT(cfg("mixing"), device, env.dtype)
+        sync(env)
+        build_s, peak = time.perf_counter() - t0, host_memory() - before
+        params = sum(p.numel() * p.element_size() for p in model.parameters())
+        matrices = sum(b.attn.mixing.numel() * b.attn.mixing.element_size() for b in model.blocks)
+        on_host = (params + matrices) * (device.type == "cpu")  # the finished model itself, where it lives on the host
+        rows.append({"device": str(device), "layers": L, "width": C, "heads": H, "T": T, "build_s": build_s,
+                     "matrices_mib": matrices / 2 ** 20, "layer_mib": matrices / L / 2 ** 20,
+                     "params_mib": params / 2 ** 20, "host_peak_mib": peak / 2 ** 20,
+                     "host_peak_over_model": (peak - on_host) / (matrices / L + params)})
+        print(f"  build on {device}: {build_s:.1f} s, host peak +{peak / 2 ** 20:,.0f} MiB", flush=True)
+        if device.type != "meta":
+            for attn, m in (("mixing", model), ("softmax", MixiT(cfg("softmax"), device))):
+                optimizer = m.configure_optimizers(0.1, 0.0, (0.9, 0.95), env.device_type)
+                for p in m.parameters():
+                    p.grad = torch.zeros_like(p)
+                optimizer.step()  # AdamW's state as a trained checkpoint holds it (lr 0: the weights stay)
+                path = os.path.join(out, f"ckpt_{attn}.pt")
+                save_checkpoint(path, m, optimizer, m.config, {}, {"iter_num": 0})
+                rows[-1][f"ckpt_{attn}_mib"] = os.path.getsize(path) / 2 ** 20
+                os.remove(path)
+        del model
+    return rows
 
 
 def calibrate(env, peak):
@@ -106,9 +149,10 @@ def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_ste
     gc.collect()
     peak_memory(env, reset=True)
     t0 = time.perf_counter()
-    model = MixiT(MixiTConfig(**{k: shape[k] for k in SHAPE if k not in ("batch_size", "accum")}, attn=attn))
-    model.to(env.device)
-    build_s = time.perf_counter() - t0  # on the host: MixiT's (H, T, T) matrices take a while at T=4096
+    model = MixiT(MixiTConfig(**{k: shape[k] for k in SHAPE if k not in ("batch_size", "accum")}, attn=attn),
+                  env.device, env.dtype)
+    sync(env)
+    build_s = time.perf_counter() - t0
     optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), env.device_type)  # fused AdamW
     net = torch.compile(model, dynamic=False) if compile else model
     params = [p for p in model.parameters() if p.requires_grad]
@@ -238,6 +282,18 @@ def report(results, env):
     if c:
         out += ["## Calibration\n", table([c], {"device": "device", "dtype": "dtype", "matmul": "matmul", "measured "
                 "TFLOP/s": "measured_tflops", "peak TFLOP/s": "peak_tflops", "measured / peak": "measured_over_peak"})]
+    if "build" in results:
+        out += ["## MixiT at long context\n\nBuilding the model (its fixed matrices one layer at a time, where they "
+                "are used) on each device; meta stands in for a GPU: what the build leaves on the host. Host peak over "
+                "model: the build's peak host memory beyond the finished model's own tensors where they live on the "
+                "host, in units of one layer's matrices plus the parameters. Checkpoints hold the parameters and "
+                "AdamW's state, not the matrices.\n",
+                table(results["build"], {"device": "device", "layers": "layers", "width": "width", "heads": "heads",
+                                         "T": "T", "build s": "build_s", "matrices MiB": "matrices_mib",
+                                         "one layer MiB": "layer_mib", "params MiB": "params_mib",
+                                         "host peak MiB": "host_peak_mib",
+                                         "host peak over model": "host_peak_over_model",
+                                         "ckpt MiB": "ckpt_mixing_mib", "softmax ckpt MiB": "ckpt_softmax_mib"})]
     if "train" in results:
         out.append(f"## Training steps\n\n{cfg['steps']} timed optimizer steps x {cfg['repeats']} repeats after "
                    f"{cfg['warmup']} warm-up steps: the median (and min) of the repeats. Peak memory: "
@@ -332,7 +388,7 @@ def train_and_profile(env, config, wanted, results, out):
 def main(argv):
     config = configure(DEFAULTS, argv, RULES, files=False)
     wanted = [p.strip() for p in config["parts"].split(",") if p.strip()]
-    attns = list(ATTNS) if config["attn"] == "all" else [a.strip() for a in config["attn"].split(",")]
+    attns = list(ATTNS[:3]) if config["attn"] == "all" else [a.strip() for a in config["attn"].split(",")]
     for name, items, valid in (("part", wanted, PARTS), ("attn", attns, ATTNS)):
         for item in items:
             if item not in valid:
@@ -355,6 +411,9 @@ def main(argv):
     try:
         if "calib" in wanted:
             results["calib"] = calibrate(env, peak)
+        if "build" in wanted:
+            results["build"] = build_costs(env, config, out)
+            write(results, env, out)
         if "train" in wanted or "profile" in wanted:
             train_and_profile(env, config, wanted, results, out)
         if "sweep" in wanted:

@@ -214,14 +214,11 @@ class Env:
         dist.broadcast(t, 0, group=self.control)
         return t.tolist()
 
-    def check_same(self, tensors, what):
-        """Under DDP every process must hold rank 0's copy of these tensors (the fixed random parts)."""
+    def check_same(self, values, what):
+        """Under DDP every process must hold rank 0's values (a digest of the fixed random parts)."""
         if not self.ddp:
             return
-        digest = hashlib.sha256()
-        for t in tensors:
-            digest.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-        mine = [int.from_bytes(digest.digest()[:7], "little")]
+        mine = [int.from_bytes(hashlib.sha256(repr(values).encode()).digest()[:7], "little")]
         if self.agree_max(int(self.broadcast_host(mine) != mine)):
             raise TrainingError(f"rank {self.rank}: {what} differ between processes; every rank must run the same "
                                 f"code with the same seed")
@@ -229,7 +226,7 @@ class Env:
 
 def pick_device(name, local_rank=0, ddp=False):
     """torch.device for 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'. A CUDA device always carries its index
-    (torch.cuda.set_device needs one): 'cuda' is cuda:LOCAL_RANK, cuda:0 for a single process."""
+    (torch.cuda.set_device needs one): 'cuda' is cuda:LOCAL_RANK, or cuda:0 where the process sees one GPU."""
     valid = "auto, cpu, cuda, cuda:N, mps"
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
@@ -241,8 +238,8 @@ def pick_device(name, local_rank=0, ddp=False):
         if not torch.cuda.is_available():
             raise ConfigError(f"device={name} but CUDA is not available here; valid: cpu"
                               + (", mps" if torch.backends.mps.is_available() else ""))
-        if device.index is None:
-            device = torch.device("cuda", local_rank)
+        if device.index is None:  # one GPU visible (a launcher that gives each task its own): that one
+            device = torch.device("cuda", local_rank if torch.cuda.device_count() > 1 else 0)
         elif ddp:
             raise ConfigError(f"device={name} under torchrun: every process needs its own GPU; use device=cuda "
                               f"(process k takes cuda:LOCAL_RANK)")
@@ -365,16 +362,34 @@ def load_checkpoint(path, device="cpu"):
     return ckpt
 
 
+def fingerprint(model):
+    """Per layer, the first 16 entries of the last row of each head's fixed mixing matrix (None where the layer has
+    none): a checkpoint keeps these in place of the matrices, which are rebuilt from the seed."""
+    return [b.attn.mixing[:, -1, :16].float().tolist() if b.attn.kind == "mixing" else None for b in model.blocks]
+
+
+def check_fingerprint(model, ckpt, path):
+    """The mixing matrices rebuilt from the seed must be those the checkpoint trained with (to bfloat16's precision:
+    another generator differs everywhere by the noise itself)."""
+    rebuilt = fingerprint(model)
+    saved = ckpt.get("fingerprint", [[]] * len(rebuilt))
+    for layer, (a, b) in enumerate(zip(saved, rebuilt)):
+        if b is not None and not (a and torch.allclose(torch.tensor(a), torch.tensor(b), rtol=1e-2, atol=1e-4)):
+            raise ConfigError(f"{path}: the fixed mixing matrix of layer {layer} cannot be rebuilt here (its seed "
+                              f"gives other values): the checkpoint comes from another version of mixit")
+
+
 def load_model(path, device="cpu"):
     """The model of a checkpoint, in eval mode on device, and the checkpoint itself."""
     from mixit import MixiT, MixiTConfig
     ckpt = load_checkpoint(path, device)
     try:
-        model = MixiT(MixiTConfig(**ckpt["model_args"]))
+        model = MixiT(MixiTConfig(**ckpt["model_args"]), device)
+        check_fingerprint(model, ckpt, path)
         model.load_state_dict(ckpt["model"])
     except (TypeError, ValueError, RuntimeError) as e:
         raise ConfigError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
-    return model.to(device).eval(), ckpt
+    return model.eval(), ckpt
 
 
 def write_atomic(path, write):
@@ -387,10 +402,10 @@ def write_atomic(path, write):
 
 
 def save_checkpoint(path, model, optimizer, mconf, config, state):
-    """A checkpoint, written atomically. Tensors and plain values only, so torch.load(weights_only=True) reads it
-    and runs no code."""
+    """A checkpoint, written atomically: a clean state dict (no fixed mixing matrices: their fingerprint), tensors
+    and plain values only, so torch.load(weights_only=True) reads it and runs no code."""
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": asdict(mconf),
-            "config": config, **state, "rng": {"torch": torch.get_rng_state()}}
+            "fingerprint": fingerprint(model), "config": config, **state, "rng": {"torch": torch.get_rng_state()}}
     if torch.cuda.is_available():
         ckpt["rng"]["cuda"] = torch.cuda.get_rng_state_all()
     write_atomic(path, lambda f: torch.save(ckpt, f))
@@ -398,7 +413,9 @@ def save_checkpoint(path, model, optimizer, mconf, config, state):
 
 # ----------------------------------------------------------------------------- plots
 
-COLORS = {"softmax": "tab:blue", "frozen_qk": "tab:orange", "mixing": "tab:green"}  # one colour per variant
+COLORS = {"softmax": "tab:blue", "frozen_qk": "tab:orange", "mixing": "tab:green", "learned_mixing": "tab:red"}
+PATTERN_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray"]  # hybrids, in turn
+FREEZE_STYLES = {"": "-", "mlp": "--", "blocks": ":"}
 
 
 def pyplot():
@@ -409,58 +426,99 @@ def pyplot():
     return plt
 
 
-CURVES = {"val_acc": ("accuracy", "accuracy (fraction of answers)"), "val_loss": ("evaluation loss", "cross-entropy"),
-          "induction_score": ("best head's induction score", "prefix-matching attention"),
-          "val_acc_pos": ("final accuracy per answer position", "accuracy")}
+PANELS = {  # a panel: the metric, what runs along x (iter, flops or time; final: the last eval's list), title, y label
+    "val_acc": ("val_acc", "iter", "accuracy", "accuracy (fraction of answers)"),
+    "val_loss": ("val_loss", "iter", "evaluation loss", "cross-entropy"),
+    "induction_score": ("induction_score", "iter", "best head's induction score", "weight on the token after a match"),
+    "acc_flops": ("val_acc", "flops", "accuracy against training FLOPs", "accuracy"),
+    "acc_time": ("val_acc", "time", "accuracy against training time", "accuracy"),
+    "val_acc_pos": ("val_acc_pos", "final", "final accuracy per answer position", "accuracy"),
+    "val_acc_n": ("val_acc_n", "final", "final accuracy by number of pairs", "accuracy"),
+    "induction_layers": ("induction_layers", "final", "final induction score per layer (best head)", "induction score")}
+X_LABELS = {"iter": "optimizer step", "flops": "training FLOPs", "time": "training time (s)",
+            "val_acc_pos": "answer position", "val_acc_n": "key-value pairs in the sequence", "induction_layers": "layer"}
 
 
-def variant_color(run, runs):
-    """The variant's colour; MixiT at several head counts in shades of its green, more heads darker."""
-    heads = sorted({r["n_head"] for r in runs if r["attn"] == "mixing"})
-    if run["attn"] != "mixing" or len(heads) < 2:
-        return COLORS[run["attn"]]
-    return pyplot().cm.Greens(0.35 + 0.65 * heads.index(run["n_head"]) / (len(heads) - 1))
+def variant_colors(runs, label):
+    """A colour per variant label: its attention's (a hybrid's from a palette), shaded light to dark where several
+    variants share it (MixiT's head counts, unfreezing schedules)."""
+    import matplotlib.colors as mcolors
+    from mixit import LETTERS
+    kind = lambda run: LETTERS.get(run["attn"][0]) if len(set(run["attn"])) == 1 else run["attn"]  # mmmm: mixing
+    patterns = list(dict.fromkeys(kind(r) for r in runs if kind(r) not in COLORS))
+    base = lambda r: COLORS.get(kind(r)) or PATTERN_COLORS[patterns.index(kind(r)) % len(PATTERN_COLORS)]
+    groups = {}
+    for run in runs:
+        groups.setdefault(base(run), {}).setdefault(label(run), run)
+    colors = {}
+    for color, members in groups.items():
+        for k, name in enumerate(members):
+            darkness = 1.0 if len(members) == 1 else 0.35 + 0.65 * k / (len(members) - 1)
+            colors[name] = tuple(1 - darkness * (1 - c) for c in mcolors.to_rgb(color))  # blended with white
+            if len(members) > 4:  # too many shades to tell apart: a colour map instead
+                colors[name] = pyplot().cm.viridis(k / (len(members) - 1))
+    return colors
 
 
 def plot_comparison(runs, histories, label, path):
-    """Per task: accuracy and loss against steps (and the induction score, and the final accuracy per answer
-    position, where measured), one colour per variant, mean over seeds with a ± std band."""
+    """Per task: accuracy and loss against steps, the induction score, accuracy against training FLOPs and time
+    (where runs unfreeze), the final accuracy per answer position and by number of pairs and the induction score per
+    layer (where measured); one colour per variant, mean over seeds with a band of ± the sample standard deviation
+    (for up to 6 variants)."""
     plt = pyplot()
     tasks = list(dict.fromkeys(run["task"] for run in runs))
-    keys_of = {t: [k for k in CURVES if any(k in h[-1] for r, h in zip(runs, histories) if r["task"] == t)]
-               for t in tasks}
-    ncols = max(map(len, keys_of.values()))
+    cost = any(run["unfreeze_at"] != "never" for run in runs)
+    panels = {t: [p for p, (key, x, *_) in PANELS.items() if (x not in ("flops", "time") or cost)
+                  and any(key in h[-1] for r, h in zip(runs, histories) if r["task"] == t)] for t in tasks}
+    ncols, colors = max(map(len, panels.values())), variant_colors(runs, label)
     fig, axes = plt.subplots(len(tasks), ncols, figsize=(5.2 * ncols, 3.6 * len(tasks)), squeeze=False)
     for row, task_name in zip(axes, tasks):
         curves = {}
         for run, history in zip(runs, histories):
             if run["task"] == task_name:
                 curves.setdefault(label(run), (run, []))[1].append(history)
-        for ax, key in zip(row, keys_of[task_name]):
+        for ax, panel in zip(row, panels[task_name]):
+            key, x, title, ylabel = PANELS[panel]
             for name, (run, hs) in curves.items():
-                if key == "val_acc_pos":
-                    values = np.array([h[-1][key] for h in hs])
-                    xs = np.arange(values.shape[1])
-                else:
-                    values = np.array([[m[key] for m in h] for h in hs])
-                    xs = [m["iter"] for m in hs[0]]
-                mean, std = values.mean(0), values.std(0)
-                color = variant_color(run, runs)
-                ax.plot(xs, mean, {"": "-", "mlp": "--", "blocks": ":"}[run["freeze"]], color=color, label=name,
-                        marker="o" if key == "val_acc_pos" else None)
-                if len(hs) > 1:
-                    ax.fill_between(xs, mean - std, mean + std, color=color, alpha=0.2)
-            title, ylabel = CURVES[key]
-            ax.set(title=f"{task_name}: {title}", ylabel=ylabel,
-                   xlabel="answer position" if key == "val_acc_pos" else "optimizer step")
+                values = np.array([h[-1][key] for h in hs] if x == "final" else [[m[key] for m in h] for h in hs])
+                xs = np.arange(values.shape[1]) + (key == "val_acc_n") if x == "final" else \
+                    np.mean([[m[x] for m in h] for h in hs], 0)  # measured times differ by seed: their mean
+                mean = values.mean(0)
+                ax.plot(xs, mean, FREEZE_STYLES[run["freeze"]], color=colors[name], label=name,
+                        marker="o" if x == "final" else None)
+                if len(hs) > 1 and len(curves) <= 6:  # more bands than that hide the curves
+                    std = values.std(0, ddof=1)
+                    ax.fill_between(xs, mean - std, mean + std, color=colors[name], alpha=0.2)
+            ax.set(title=f"{task_name}: {title}", ylabel=ylabel, xlabel=X_LABELS[key if x == "final" else x])
             if key != "val_loss":
                 ax.set_ylim(-0.02, 1.02)
-            if key == "val_acc_pos":
+            if x == "final":
                 ax.xaxis.get_major_locator().set_params(integer=True)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-        for ax in row[len(keys_of[task_name]):]:
+            ax.legend(fontsize=7)
+        for ax in row[len(panels[task_name]):]:
             ax.axis("off")
     fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_cost(finals, path):
+    """Final accuracy against training cost, one point per run: the training FLOPs, and the measured training time
+    per sample; a colour per variant, a marker per task."""
+    plt = pyplot()
+    colors, tasks = variant_colors(finals, lambda r: r["variant"]), list(dict.fromkeys(r["task"] for r in finals))
+    markers = {task: "os^DvP*Xh<>p"[k % 12] for k, task in enumerate(tasks)}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), layout="constrained")
+    for ax, (what, cost) in zip(axes, (("training FLOPs", lambda r: r["flops"]),
+                                       ("training time per sample (ms)", lambda r: 1e3 * r["time"] / r["samples"]))):
+        for r in finals:
+            ax.scatter(cost(r), r["val_acc"], color=colors[r["variant"]], marker=markers[r["task"]], s=28, alpha=0.85)
+        ax.set(xscale="log", xlabel=what, ylabel="final accuracy", ylim=(-0.02, 1.02), title=f"accuracy against {what}")
+        ax.tick_params(axis="x", which="minor", labelbottom=False)
+        ax.grid(alpha=0.3)
+    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=v) for v, c in colors.items()]
+    handles += [plt.Line2D([], [], color="black", marker=m, ls="", label=t) for t, m in markers.items()]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=7, ncols=1 + len(handles) // 25)
     fig.savefig(path, dpi=110)
     plt.close(fig)

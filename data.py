@@ -9,6 +9,7 @@ make_task(name) builds a task by its command-line name:
   modadd_P     (a + b) mod P for all P^2 pairs, 95/5 train/test split  (arithmetic, in weights)
   memorize_N   random labels for all N^2 two-token inputs              (memorization; scored on the training set)
   induction_N  a random segment followed by its repeat                 (the classic induction-head task)
+  mqar_N       up to N key -> value pairs, then every key queried      (multi-query associative recall, Zoology's MQAR)
   wikitext103, wikitext2, tinyshakespeare, text, yelp_polarity, sst2, or a --name given to prepare.py:
                a corpus prepared in data/<name> by `python prepare.py NAME`
 A bare algorithmic name takes the default N. Every task gives batches (x, y) of LongTensors where
@@ -81,6 +82,10 @@ class Task(ABC):
 
     def token_str(self, token):
         return str(token)
+
+    def key_of(self, tokens):
+        """The key each token asks for (same shape; default: itself): its answer follows the key's first occurrence."""
+        return tokens
 
     def show(self, x, y, pred):
         """One line: the input, the true answer and the model's answer at the scored positions."""
@@ -281,6 +286,9 @@ class Retrieval(StreamTask):
             return str(token)
         return f"k{token - self.half}" if token < self.half + self.n else f"?k{token - self.half - self.n}"
 
+    def key_of(self, tokens):
+        return np.where(tokens >= self.half + self.n, tokens - self.n, tokens)  # query H+N+k asks for key H+k
+
 
 class Induction(StreamTask):
     """s s r, s a segment of n ~ U{ceil(N/2)..N} distinct random tokens, r random filler to length 2N
@@ -313,6 +321,46 @@ class Induction(StreamTask):
     def segment_lengths(self, seqs):
         """The segment length n of each row: the first position that repeats position 0."""
         return np.argmax((seqs[:, 1:] == seqs[:, :1]), axis=1) + 1
+
+
+class MQAR(StreamTask):
+    """k1 v1 ... kn vn q1 a1 ... qn an PAD... to length 4N (Zoology's multi-query associative recall), n ~ U{1..N}
+    pairs with distinct keys, vocab 512: 0 PAD, keys 1..255, values 256..511. The queries are the n keys again, each
+    once, in a random order. Scored: every answer, the value that followed the queried key."""
+
+    PAD, VALUE = 0, 256  # keys 1..VALUE-1, value v is VALUE+v
+
+    def __init__(self, n):
+        if n >= self.VALUE:
+            raise ValueError(f"mqar_N needs distinct keys, N <= {self.VALUE - 1}, got N={n}")
+        self.n = n
+        super().__init__(f"mqar_{n}", 2 * self.VALUE, 4 * n)
+
+    def sample(self, rng, count):
+        N, V = self.n, self.VALUE
+        pairs = rng.integers(1, N + 1, count)
+        present = np.arange(N) < pairs[:, None]  # (count, N)
+        keys = 1 + np.argsort(rng.random((count, V - 1)), axis=1)[:, :N]  # distinct, uniform among the keys
+        values = rng.integers(V, 2 * V, (count, N))  # values may repeat
+        seqs = np.zeros((count, 4 * N), np.int64)
+        seqs[:, 0:2 * N:2] = np.where(present, keys, self.PAD)
+        seqs[:, 1:2 * N:2] = np.where(present, values, self.PAD)
+        order = np.argsort(np.where(present, rng.random((count, N)), 2.0), axis=1)  # the n present, shuffled
+        rows, i = np.nonzero(present)  # query i of a row sits at 2n + 2i
+        at = 2 * pairs[rows] + 2 * i
+        seqs[rows, at] = np.take_along_axis(keys, order, axis=1)[rows, i]
+        seqs[rows, at + 1] = np.take_along_axis(values, order, axis=1)[rows, i]
+        return seqs
+
+    def scored(self, seqs):
+        pairs = (seqs != self.PAD).sum(1, keepdims=True) // 4  # 4n tokens, then padding
+        col = np.arange(seqs.shape[1] - 1)
+        return (col % 2 == 0) & (col >= 2 * pairs) & (col < 4 * pairs)  # the current token is a query
+
+    def token_str(self, token):
+        if token == self.PAD:
+            return "_"
+        return f"k{token}" if token < self.VALUE else str(token - self.VALUE)
 
 
 class TableTask(Task):
@@ -363,6 +411,7 @@ class Memorize(TableTask):
 TASKS = {  # name -> (class, default N, smallest N)
     "addition": (Addition, 10, 1), "dyck": (Dyck, 30, 1), "retrieval": (Retrieval, 30, 1),
     "modadd": (ModAdd, 199, 2), "memorize": (Memorize, 512, 2), "induction": (Induction, 16, 2),
+    "mqar": (MQAR, 16, 1),
 }
 TASK_NAMES = ", ".join(f"{name}_{'P' if name == 'modadd' else 'N'}" for name in TASKS)
 
@@ -558,12 +607,16 @@ def icl_score(model, n_seqs=64, seg_len=None, seed=0, device=None):
     return (loss[:, s:].mean() - loss[:, :s - 1].mean()).item()  # targets s+1.. vs 1..s-1: s-1 tokens each
 
 
-def retrieval_scores(model, task, n_seqs=256):
-    """(n_layer, n_head) retrieval's induction score: the mean weight from each query to the value that follows
-    its key in the context, the token after the earlier occurrence of what is asked (test sequences)."""
-    x = torch.from_numpy(task.test[:n_seqs, :-1]).to(next(model.parameters()).device)  # (n, T)
-    rows = torch.arange(len(x))
-    query = (x >= task.half + task.n).int().argmax(1)  # the query's position
-    value = (x == (x[rows, query] - task.n)[:, None]).int().argmax(1) + 1  # the position after the queried key
-    maps = in_eval(model, model.attention_maps, x).permute(1, 3, 4, 0, 2)  # (n, T, T, L, H)
-    return maps[rows, query, value].mean(0).cpu()  # (L, H)
+def recall_scores(model, task, n_seqs=256):
+    """(n_layer, n_head) associative-recall score: the mean weight from each scored position t of the test sequences
+    to the token right after the first earlier occurrence of its key (task.key_of), the value it recalls."""
+    seqs = task.test[:n_seqs]
+    x = seqs[:, :-1]  # (n, T)
+    rows, t = np.nonzero(task.scored(seqs))  # (M,) each
+    found = (x[rows] == task.key_of(x[rows, t])[:, None]) & (np.arange(x.shape[1]) < t[:, None])  # (M, T): p < t
+    if not found.any(1).all():
+        raise ValueError(f"recall_scores: {task.name} scores a position whose key does not occur before it")
+    maps = in_eval(model, model.attention_maps, torch.from_numpy(x).to(next(model.parameters()).device))
+    maps = maps.permute(1, 3, 4, 0, 2)  # (n, T, T, L, H)
+    rows, t, source = (torch.from_numpy(a).to(maps.device) for a in (rows, t, found.argmax(1) + 1))  # after the key
+    return maps[rows, t, source].mean(0).cpu()  # (L, H)

@@ -3,22 +3,26 @@ MixiT and its baselines in one file: which trainable parts of a transformer matt
 Dong, Noci, Khodak, Li, "Attention Retrieves, MLP Memorizes" / "Is Random Attention Sufficient for
 Sequence Modeling?" (arXiv 2506.01115).
 
-attn="softmax"    a Llama-style transformer: pre-RMSNorm, RoPE, causal softmax attention, SwiGLU, biases, untied head
-attn="frozen_qk"  the same forward; W_Q, W_K (and their zero biases) stay at their random init
-attn="mixing"     MixiT: each layer's attention is a fixed random (H, T, T) matrix; no W_Q, W_K or RoPE
-freeze="mlp"      every MLP stays at its init;  freeze="blocks": only the embeddings, final norm and head train
+attn="softmax"         a Llama-style transformer: pre-RMSNorm, RoPE, causal softmax, SwiGLU, biases, untied head
+attn="frozen_qk"       the same forward; W_Q, W_K (and their zero biases) stay at their random init
+attn="mixing"          MixiT: each layer's attention is a fixed random (H, T, T) matrix; no W_Q, W_K or RoPE
+attn="learned_mixing"  MixiT's matrix as a trained parameter: attention that learns but never reads its input
+attn="mmsm"            one letter per layer (s softmax, f frozen_qk, m mixing, l learned_mixing): a hybrid
+freeze="mlp"           every MLP stays at its init;  freeze="blocks": only the embeddings, final norm and head train
 """
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-ATTNS = ("softmax", "frozen_qk", "mixing")
+ATTNS = ("softmax", "frozen_qk", "mixing", "learned_mixing")
+LETTERS = {"s": "softmax", "f": "frozen_qk", "m": "mixing", "l": "learned_mixing"}
+MIXING = ("mixing", "learned_mixing")  # attention that never reads its input
 FREEZES = ("", "mlp", "blocks")
 QK_INITS = ("paper", "reference")
+PARAMETRIZATIONS = ("auto", "mixit", "standard")
 
 
 @dataclass
@@ -28,7 +32,8 @@ class MixiTConfig:
     n_layer: int = 2
     n_head: int = 4
     n_embd: int = 128
-    attn: str = "softmax"  # softmax | frozen_qk | mixing
+    attn: str = "softmax"  # softmax | frozen_qk | mixing | learned_mixing, or one letter per layer: "mmsm"
+    parametrization: str = "auto"  # mixit | standard | auto: MixiT's when any layer mixes
     freeze: str = ""  # "" | mlp | blocks
     causal: bool = True
     n_classes: int = 0  # 0: a language model over the vocabulary; > 0: a sequence classifier
@@ -38,57 +43,96 @@ class MixiTConfig:
     rope_theta: float = 10000.0
     init_std: float = 0.02  # every trained linear weight is N(0, init_std^2), as in the reference code
     qk_init: str = "paper"  # frozen_qk's frozen W_Q, W_K: paper N(0, 1/n_embd); reference N(0, init_std^2)
-    base_width: float = 512.0  # mixing: a linear of fan-in d is multiplied by sqrt(base_width / d)
-    base_ffn: float = 1.0  # mixing: the down projection is multiplied by sqrt(base_ffn / 4d)
-    skip: float = math.sqrt(0.5)  # mixing: h = skip*h + sqrt(1 - skip^2)*f(h)
-    cminus: float = -1.0  # mixing: the shaped activation's slope is 1 + cminus/sqrt(d)
+    base_width: float = 512.0  # MixiT's parametrization: a linear of fan-in d is multiplied by sqrt(base_width / d)
+    base_ffn: float = 1.0  # MixiT's parametrization: the down projection is multiplied by sqrt(base_ffn / 4d)
+    skip: float = math.sqrt(0.5)  # MixiT's parametrization: h = skip*h + sqrt(1 - skip^2)*f(h)
+    cminus: float = -1.0  # MixiT's parametrization: the shaped activation's slope is 1 + cminus/sqrt(d)
     mix_beta: float = 1.0  # mixing: scale of the centred noise around the identity
+
+    @property
+    def layer_attn(self):
+        """Each layer's attention: attn in every layer, or the pattern's letters."""
+        return [self.attn] * self.n_layer if self.attn in ATTNS else [LETTERS[c] for c in self.attn]
+
+    @property
+    def mixit_param(self):
+        """MixiT's parametrization: residual scaling, shaped activation, width multipliers, learned positions."""
+        return self.parametrization == "mixit" or (self.parametrization == "auto" and
+                                                   any(a in MIXING for a in self.layer_attn))
 
     def validate(self):
         """Raise ValueError naming what is valid."""
-        for name, valid in (("attn", ATTNS), ("freeze", FREEZES), ("qk_init", QK_INITS)):
-            if getattr(self, name) not in valid:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: "
-                                 + ", ".join(repr(v) if v == "" else v for v in valid))
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.attn not in ATTNS and (len(self.attn) != self.n_layer or set(self.attn) - set(LETTERS)):
+            raise ValueError(f"unknown attn {self.attn!r}; valid: {', '.join(ATTNS)}, or one letter per layer for "
+                             f"n_layer={self.n_layer} (s softmax, f frozen_qk, m mixing, l learned_mixing)")
+        for name, valid in (("freeze", FREEZES), ("qk_init", QK_INITS), ("parametrization", PARAMETRIZATIONS)):
+            if getattr(self, name) not in valid:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: "
+                                 + ", ".join(repr(v) if v == "" else v for v in valid))
         if self.seed < 0:
             raise ValueError(f"seed must be zero or positive, got {self.seed}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
-        if self.attn != "mixing" and (self.n_embd // self.n_head) % 2:
-            raise ValueError(f"rotary embeddings need an even head size, got n_embd/n_head={self.n_embd // self.n_head}")
+        if (self.n_embd // self.n_head) % 2 and any(a not in MIXING for a in self.layer_attn):
+            raise ValueError(f"rotary embeddings need an even head size, got {self.n_embd // self.n_head}")
         if not 0.0 <= self.skip <= 1.0:
             raise ValueError(f"skip must lie in [0, 1], got {self.skip}")
 
 
-def generator(*key):
-    """A torch.Generator seeded by a flat tuple of non-negative integers (numpy's SeedSequence hash of them), apart
-    from the global RNG: the same fixed random parts on every process and in every version."""
-    return torch.Generator().manual_seed(int(np.random.SeedSequence(list(key)).generate_state(1, np.uint64)[0]))
+# ----------------------------------------------------------------------------- fixed random numbers from integers
 
 
-def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,)):
-    """MixiT's fixed attention, (n_head, T, T) float32: A_h = I + beta * (N_h - rowmean(N_h)), head 0 a sink."""
-    T, g = block_size, generator(*seed)
+def hash32(x):
+    """Mueller's 32-bit integer hash, for Python ints and int64 tensors alike (every product stays below 2^63)."""
+    x = (x >> 16 ^ x) * 0x45D9F3B & 0xFFFFFFFF
+    x = (x >> 16 ^ x) * 0x45D9F3B & 0xFFFFFFFF
+    return x >> 16 ^ x
+
+
+def seed_key(*ints):
+    """One 32-bit key from a flat tuple of non-negative integers."""
+    key = 0
+    for i in ints:
+        key = hash32(key ^ hash32(i))
+    return key
+
+
+def gaussian_pairs(index, key):
+    """Two standard normal numbers per integer index, (..., 2): each a pure function of (index, key), hence the
+    same on every device and in every torch version (two hashed uniforms, then Box-Muller)."""
+    u1 = (hash32(index ^ hash32(key)) + 0.5) * 2.0 ** -32  # in (0, 1)
+    angle = hash32(index ^ hash32(key + 1)) * (2 * math.pi * 2.0 ** -32)
+    radius = torch.sqrt(-2 * torch.log(u1))
+    return torch.stack((radius * torch.cos(angle), radius * torch.sin(angle)), -1)
+
+
+def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=None, rows=128):
+    """MixiT's fixed attention A_h = I + beta * (N_h - rowmean(N_h)) less its identity: (n_head, T, T) float32
+    whose rows sum to 0. Head 0 is a sink. Built where it is used, rows at a time: no host copy of the matrix."""
+    T, pairs = block_size, (block_size + 1) // 2
+    P = torch.zeros(n_head, T, T, device=device)
     lo, hi = 1 / math.sqrt(T * head_dim), 1 / math.sqrt(T)
-    sigma = lo + torch.rand(n_head, 1, 1, generator=g, dtype=torch.float64) * (hi - lo)  # each head's std in [lo, hi]
-    noise = torch.randn(n_head, T, T, generator=g, dtype=torch.float64).mul_(sigma)  # (H, T, T), in place: T may be 4k
-    if causal:
-        noise.tril_()
-        support = torch.arange(1, T + 1, dtype=torch.float64).view(T, 1)  # row i mixes the positions j <= i
-    else:
-        support = torch.full((T, 1), float(T), dtype=torch.float64)
-    noise.sub_(noise.sum(-1, keepdim=True) / support)  # centring: the noise only redistributes, rows sum to 1
-    if causal:
-        noise.tril_()
-    A = noise.mul_(beta)
-    A.diagonal(dim1=1, dim2=2).add_(1.0)  # identity plus small noise: stable signal in depth
-    A[0] = 0.0  # the sink head: every token keeps half of itself and takes half of token 0
-    A[0].diagonal().fill_(0.5)
-    A[0, :, 0] = 0.5
-    return A.float()
+    for h in range(1, n_head):
+        sigma = lo + hash32(seed_key(*seed, h, 0)) * 2.0 ** -32 * (hi - lo)  # each head's std uniform in [lo, hi]
+        for r in range(0, T, rows):
+            r1 = min(r + rows, T)
+            cols = r1 if causal else T
+            i, j = torch.arange(r, r1, device=device).view(-1, 1), torch.arange(cols, device=device)
+            future = (j > i) & causal  # causal: row i mixes the positions j <= i only
+            index = i * pairs + torch.arange((cols + 1) // 2, device=device)  # N_h[i, j] is a function of (i, j)
+            noise = sigma * gaussian_pairs(index, seed_key(*seed, h, 1)).flatten(1)[:, :cols]  # N(0, sigma^2)
+            noise = noise.masked_fill(future, 0.0)
+            centred = noise - noise.sum(-1, keepdim=True) / (i + 1 if causal else T)  # the noise only redistributes
+            P[h, r:r1, :cols] = beta * centred.masked_fill(future, 0.0)
+    P[0].diagonal().fill_(-0.5)  # the sink head A_0 = I/2 + (token 0)/2: every token keeps half of itself
+    P[0, 1:, 0] = 0.5  # and takes half of token 0 (row 0 holds only its own half)
+    return P
+
+
+# ----------------------------------------------------------------------------- the model
 
 
 class Linear(nn.Linear):
@@ -99,24 +143,22 @@ class Linear(nn.Linear):
         self.mult = mult
 
     def forward(self, x):
-        y = F.linear(x, self.weight, self.bias)
-        return y if self.mult == 1.0 else y * self.mult  # width multiplier sqrt(base / fan_in)
+        return super().forward(x) * self.mult if self.mult != 1.0 else super().forward(x)  # sqrt(base / fan_in)
 
 
 def width_mult(config, fan_in, base=None):  # MixiT's sqrt(base / fan_in): its layers keep their scale in width
-    return math.sqrt((config.base_width if base is None else base) / fan_in) if config.attn == "mixing" else 1.0
+    return math.sqrt((config.base_width if base is None else base) / fan_in) if config.mixit_param else 1.0
 
 
 class RMSNorm(nn.Module):
     """RMSNorm with a learned gain, computed in float32 (eps 1e-6 as Llama)."""
 
-    def __init__(self, dim, eps=1e-6):
+    def __init__(self, dim):
         super().__init__()
-        self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        return F.rms_norm(x.float(), (x.size(-1),), self.weight, self.eps).type_as(x)
+        return F.rms_norm(x.float(), (x.size(-1),), self.weight, 1e-6).type_as(x)
 
 
 class Rotary(nn.Module):
@@ -130,20 +172,18 @@ class Rotary(nn.Module):
         self.register_buffer("sin", angles.sin().repeat(1, 2), persistent=False)
 
     def forward(self, x, pos):  # x (B, H, t, hd) at positions pos .. pos+t-1
-        t = x.size(2)
-        cos, sin = self.cos[pos:pos + t].to(x.dtype), self.sin[pos:pos + t].to(x.dtype)
+        cos, sin = self.cos[pos:pos + x.size(2)].to(x.dtype), self.sin[pos:pos + x.size(2)].to(x.dtype)
         x1, x2 = x.chunk(2, dim=-1)
         return x * cos + torch.cat((-x2, x1), dim=-1) * sin  # each pair of channels rotated by its angle
 
 
 class KVCache:
     """Past keys and values of every layer for generation, preallocated for block_size positions and written
-    in place; MixiT keeps values only (its attention needs no keys)."""
+    in place; a mixing layer keeps values only (its attention needs no keys)."""
 
-    def __init__(self, n_layer, size, keys=True):
+    def __init__(self, n_layer, size):
         self.size, self.pos = size, 0  # pos: positions already cached; 0 starts a new sequence
-        self.k = [None] * n_layer if keys else None
-        self.v = [None] * n_layer
+        self.k, self.v = [None] * n_layer, [None] * n_layer
 
     def _write(self, bufs, layer, z):  # z (B, H, t, hd) at positions pos..pos+t-1 -> every position 0..pos+t-1
         if bufs[layer] is None or bufs[layer].shape[:2] != z.shape[:2] or bufs[layer].dtype != z.dtype:
@@ -151,25 +191,30 @@ class KVCache:
         bufs[layer][:, :, self.pos:self.pos + z.size(2)] = z
         return bufs[layer][:, :, :self.pos + z.size(2)]
 
-    def update(self, layer, k, v):  # -> every cached key (None for MixiT) and value
-        return None if self.k is None else self._write(self.k, layer, k), self._write(self.v, layer, v)
+    def update(self, layer, k, v):  # -> every cached key (None for mixing) and value
+        return None if k is None else self._write(self.k, layer, k), self._write(self.v, layer, v)
 
 
 class Attention(nn.Module):
-    def __init__(self, config, layer):
+    def __init__(self, config, layer, device=None, mixing_dtype=torch.float32):
         super().__init__()
         C, H = config.n_embd, config.n_head
-        self.n_head, self.head_dim, self.layer, self.causal, self.attn = H, C // H, layer, config.causal, config.attn
-        if config.attn == "softmax":
+        self.n_head, self.head_dim, self.layer, self.causal = H, C // H, layer, config.causal
+        self.kind = config.layer_attn[layer]
+        if self.kind == "softmax":
             self.qkv = Linear(C, 3 * C, config.bias)  # W_Q, W_K, W_V in one matmul
-        elif config.attn == "frozen_qk":
+        elif self.kind == "frozen_qk":
             self.qk = Linear(C, 2 * C, config.bias)  # W_Q, W_K: frozen at init, apart from the trained W_V
             self.v = Linear(C, C, config.bias)
-        else:  # the fixed random attention, a buffer: saved in checkpoints, moved by .to(device)
-            self.register_buffer("mixing", mixing_matrix(config.block_size, H, self.head_dim, config.causal,
-                                                         config.mix_beta, seed=(config.seed, 1, layer)))
+        else:
+            P = mixing_matrix(config.block_size, H, self.head_dim, config.causal, config.mix_beta,
+                              (config.seed, 1, layer), device)
+            if self.kind == "learned_mixing":  # trained from MixiT's init, causal entries only (masked in use)
+                self.mixing = nn.Parameter(P)
+            else:  # fixed: a function of the seed, rebuilt rather than saved; cast once to the compute dtype
+                self.register_buffer("mixing", P.to(mixing_dtype), persistent=False)
             self.v = Linear(C, C, config.bias, width_mult(config, C))
-        if config.attn != "mixing":
+        if self.kind not in MIXING:
             self.rotary = Rotary(self.head_dim, config.block_size, config.rope_theta)
         self.o = Linear(C, C, config.bias, width_mult(config, C))
 
@@ -179,24 +224,29 @@ class Attention(nn.Module):
 
     def qkv_heads(self, x, pos):
         """Queries and keys (rotated) and values of x (B, t, C), each (B, H, t, hd)."""
-        if self.attn == "softmax":
+        if self.kind == "softmax":
             q, k, v = self.heads(self.qkv(x))
         else:
             (q, k), (v,) = self.heads(self.qk(x)), self.heads(self.v(x))
         return self.rotary(q, pos), self.rotary(k, pos), v
 
+    def mixing_rows(self, pos, t):
+        """Rows pos..pos+t-1 of the mixing matrix less its identity, (H, t, pos+t): the same for every input."""
+        P = self.mixing[:, pos:pos + t, :pos + t]
+        return P.tril(pos) if self.causal and self.kind == "learned_mixing" else P  # no gradient from the future
+
     def forward(self, x, cache=None, pad_mask=None):  # x (B, t, C)
         B, t, C = x.shape
         pos = 0 if cache is None else cache.pos
-        if self.attn == "mixing":
+        if self.kind in MIXING:
             v = self.v(x)
             if pad_mask is not None:
                 v = v * pad_mask.view(B, t, 1).to(v.dtype)  # padding carries no value
             (v,) = self.heads(v)
             if cache is not None:
                 _, v = cache.update(self.layer, None, v)
-            A = self.mixing[:, pos:pos + t, :pos + t]  # (H, t, t'): the same for every input, rows pos..pos+t-1
-            y = torch.einsum("hts,bhsd->bhtd", A, v)  # fixed mixing: one matmul per head for the whole batch
+            P = self.mixing_rows(pos, t).to(v.dtype)
+            y = v[:, :, -t:] + torch.einsum("hts,bhsd->bhtd", P, v)  # A V = V + (A - I) V: one matmul per head
         else:
             q, k, v = self.qkv_heads(x, pos)
             if cache is not None:
@@ -211,8 +261,8 @@ class Attention(nn.Module):
     def weights(self, x):
         """The attention matrix this layer applies to x (B, t, C), as (B, H, t, t)."""
         B, t, _ = x.shape
-        if self.attn == "mixing":
-            return self.mixing[:, :t, :t].expand(B, -1, -1, -1)
+        if self.kind in MIXING:
+            return (torch.eye(t, device=x.device) + self.mixing_rows(0, t).float()).expand(B, -1, -1, -1)
         q, k, _ = self.qkv_heads(x, 0)
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
         if self.causal:
@@ -226,7 +276,7 @@ class MLP(nn.Module):
         C = config.n_embd
         self.gate_up = Linear(C, 8 * C, config.bias, width_mult(config, C))  # W_G and W_U in one matmul
         self.down = Linear(4 * C, C, config.bias, width_mult(config, 4 * C, config.base_ffn))
-        self.shaped = config.attn == "mixing"
+        self.shaped = config.mixit_param
         self.slope = 1 + config.cminus / math.sqrt(C)  # shaped activation: near-linear, slope 1 + c/sqrt(d)
         self.gain = math.sqrt(2 / (1 + self.slope ** 2))  # its gain keeps the variance: calculate_gain('leaky_relu')
 
@@ -238,38 +288,48 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config, layer):
+    def __init__(self, config, layer, device=None, mixing_dtype=torch.float32):
         super().__init__()
-        self.norm1, self.attn = RMSNorm(config.n_embd), Attention(config, layer)
+        self.norm1, self.attn = RMSNorm(config.n_embd), Attention(config, layer, device, mixing_dtype)
         self.norm2, self.mlp = RMSNorm(config.n_embd), MLP(config)
         # residual scaling: s^2 + r^2 = 1 keeps the hidden norm constant in depth (MixiT); a plain sum otherwise
-        self.s = config.skip if config.attn == "mixing" else 1.0
-        self.r = math.sqrt(1 - self.s ** 2) if config.attn == "mixing" else 1.0
+        self.s = config.skip if config.mixit_param else 1.0
+        self.r = math.sqrt(1 - self.s ** 2) if config.mixit_param else 1.0
 
     def forward(self, x, cache=None, pad_mask=None):
         x = self.s * x + self.r * self.attn(self.norm1(x), cache, pad_mask)
         return self.s * x + self.r * self.mlp(self.norm2(x))
 
 
+def param_groups(params, weight_decay):
+    """AdamW's groups: matrices decay, vectors (biases, norm gains) do not."""
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
 class MixiT(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, device=None, mixing_dtype=torch.float32):
+        """The model on device. Weights are drawn on the host (the same on every device); MixiT's fixed matrices
+        are built on device, in mixing_dtype (the compute dtype: cast once, not at every forward)."""
         super().__init__()
         config.validate()
-        self.config = config
-        C = config.n_embd
+        self.config, C = config, config.n_embd
         self.wte = nn.Embedding(config.vocab_size, C)
-        self.wpe = nn.Embedding(config.block_size, C) if config.attn == "mixing" else None  # MixiT has no RoPE
-        self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
+        self.wpe = nn.Embedding(config.block_size, C) if config.mixit_param else None  # learned absolute positions
+        self.blocks = nn.ModuleList(Block(config, layer, device, mixing_dtype) for layer in range(config.n_layer))
         self.norm = RMSNorm(C)
         self.head = Linear(C, config.n_classes or config.vocab_size, False, width_mult(config, C))  # untied
         self.init_weights()
-        for module in self.frozen_modules():
-            module.requires_grad_(False)
+        for block in self.blocks:  # what keeps its random init: frozen_qk's W_Q and W_K, the MLPs, or whole blocks
+            frozen = [block.attn.qk] if block.attn.kind == "frozen_qk" else []
+            for module in frozen + {"": [], "mlp": [block.mlp], "blocks": [block]}[config.freeze]:
+                module.requires_grad_(False)
+        self.to(device)
 
     def init_weights(self):
         """Every weight N(0, std^2) and every bias 0, drawn from config.seed in module order."""
-        g, cfg = generator(self.config.seed, 0), self.config
-        frozen_qk = {id(b.attn.qk) for b in self.blocks if cfg.attn == "frozen_qk" and cfg.qk_init == "paper"}
+        g, cfg = torch.Generator().manual_seed(seed_key(self.config.seed, 0)), self.config
+        frozen_qk = {id(b.attn.qk) for b in self.blocks if b.attn.kind == "frozen_qk" and cfg.qk_init == "paper"}
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 std = 1 / math.sqrt(module.in_features) if id(module) in frozen_qk else cfg.init_std  # N(0, 1/n)
@@ -278,18 +338,6 @@ class MixiT(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, 0.0, 0.02, generator=g)
-
-    def frozen_modules(self):
-        """The modules that keep their random init: W_Q and W_K, the MLPs, or whole blocks."""
-        frozen = []
-        for block in self.blocks:
-            if self.config.attn == "frozen_qk":
-                frozen.append(block.attn.qk)
-            if self.config.freeze == "mlp":
-                frozen.append(block.mlp)
-            if self.config.freeze == "blocks":
-                frozen.append(block)
-        return frozen
 
     def embed(self, idx, pos=0):
         x = self.wte(idx)  # (B, t, C)
@@ -321,46 +369,42 @@ class MixiT(nn.Module):
         return None, F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=-1)
 
     def get_num_params(self, non_embedding=True, trainable=False):
-        """Parameters (the mixing matrices are buffers, not parameters); non_embedding leaves out wte and wpe."""
+        """Parameters (fixed mixing matrices are buffers, not parameters); non_embedding leaves out wte and wpe."""
         skip = {id(e.weight) for e in (self.wte, self.wpe) if e is not None} if non_embedding else set()
         return sum(p.numel() for p in self.parameters() if id(p) not in skip and (p.requires_grad or not trainable))
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         """Fused AdamW over the trainable parameters only: frozen weights get no state and no weight decay."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},  # matrices
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]  # biases, norms
+        groups = param_groups([p for p in self.parameters() if p.requires_grad], weight_decay)
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type in ("cpu", "cuda"))
 
     def flops_per_token(self, seq_len=None, training=True):
-        """Matmul FLOPs per token of a seq_len sequence, as this variant computes them: MixiT has no W_Q, W_K or
-        QK^T and needs no gradient of its fixed matrices; frozen weights need no weight gradient. Causal
-        attention counts the (T+1)/2 positions a query sees on average."""
+        """Matmul FLOPs per token of a seq_len sequence, as each layer computes them (no weight gradient for a frozen
+        weight or a fixed matrix); causal attention counts the (T+1)/2 positions a query sees on average."""
         cfg = self.config
         T = seq_len or cfg.block_size
-        seen = (T + 1) / 2 if cfg.causal else T
+        core = 2 * cfg.n_embd * ((T + 1) / 2 if cfg.causal else T)  # one token's row of a (T, T) x (T, C) product
         fwd = bwd = 0.0
         for module in self.modules():
             if isinstance(module, nn.Linear) and not (module is self.head and cfg.n_classes):
                 w = module.weight.numel()
                 fwd += 2 * w
                 bwd += 2 * w + (2 * w if module.weight.requires_grad else 0)  # input gradient (+ weight gradient)
-        if cfg.attn == "mixing":  # A @ V forward; backward only A^T @ dY
-            fwd += cfg.n_layer * 2 * cfg.n_embd * seen
-            bwd += cfg.n_layer * 2 * cfg.n_embd * seen
-        else:  # QK^T and PV forward, twice that backward
-            fwd += cfg.n_layer * 4 * cfg.n_embd * seen
-            bwd += cfg.n_layer * 8 * cfg.n_embd * seen
+        for block in self.blocks:  # Q K^T, P V, twice that backward; mixing: A V, A^T dY (+ dY V^T if trained)
+            mixing = block.attn.kind in MIXING
+            fwd += core * (1 if mixing else 2)
+            bwd += core * ((2 if block.attn.mixing.requires_grad else 1) if mixing else 4)
         return fwd + bwd if training else fwd
 
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
-        """Continue idx (B, t) by max_new_tokens tokens; top_k=1 is greedy. With use_cache a new token costs one
-        position and gives the same tokens. Past block_size the window keeps its last block_size tokens."""
+        """Continue idx (B, t) by max_new_tokens tokens sampled among the top_k most likely (all if None; 1: greedy).
+        With use_cache a token costs one position while the sequence fits block_size, and gives the same tokens; past
+        it each token recomputes the last block_size tokens (MixiT's matrices and positions are absolute)."""
         if self.config.n_classes or not self.config.causal:
             raise ValueError("generate needs a causal language model (n_classes=0, causal=True)")
         T = self.config.block_size
-        cache = KVCache(self.config.n_layer, T, keys=self.config.attn != "mixing") if use_cache else None
+        cache = KVCache(self.config.n_layer, T) if use_cache else None
         for _ in range(max_new_tokens):
             if cache is not None and 0 < cache.pos < T:
                 logits, _ = self(idx[:, -1:], cache=cache)  # the newest token only
@@ -368,7 +412,12 @@ class MixiT(nn.Module):
                 if cache is not None:
                     cache.pos = 0
                 logits, _ = self(idx[:, -T:], cache=cache)
-            idx = torch.cat((idx, sample_next(logits[:, -1], temperature, top_k)[:, None]), dim=1)
+            logits = logits[:, -1].float() / temperature  # (B, V)
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1)))[0][:, -1:]  # (B, 1)
+                logits = logits.masked_fill(logits < kth, -math.inf)
+            next_token = logits.argmax(-1) if top_k == 1 else torch.multinomial(F.softmax(logits, dim=-1), 1).view(-1)
+            idx = torch.cat((idx, next_token[:, None]), dim=1)
         return idx
 
     @torch.no_grad()
@@ -382,19 +431,9 @@ class MixiT(nn.Module):
             w = block.attn.weights(block.norm1(x))  # (B, H, t, t)
             if pad_mask is not None:
                 w = w * pad_mask.view(B, 1, 1, t).to(w.dtype)
-                if self.config.attn != "mixing":  # the softmax over the real keys only
+                if block.attn.kind not in MIXING:  # the softmax over the real keys only
                     w = w / w.sum(-1, keepdim=True).clamp(min=1e-30)
             maps.append(w)
             x = block(x, None, pad_mask)
         return torch.stack(maps)
 
-
-def sample_next(logits, temperature=1.0, top_k=None):
-    """The next tokens (B,) for logits (B, V): the argmax for top_k=1, else a sample from the top_k (all if None)."""
-    if top_k == 1:
-        return logits.argmax(-1)
-    logits = logits.float() / temperature
-    if top_k is not None:
-        v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-        logits = logits.masked_fill(logits < v[:, -1:], -float("inf"))
-    return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1).view(-1)

@@ -6,9 +6,11 @@ Sample from a model trained by train.py, and look inside it.
   python sample.py --out_dir=out --classify="a gripping, funny film"   # a classifier: label and probability
   python sample.py --out_dir=out --attn_maps --induction  # attn_maps.png, induction scores, induction.png
   python sample.py --propagation=32 --out_dir=out/propagation  # no checkpoint: signal propagation at init
+  python sample.py --cost=out/where_cpu,out/when_cpu --out_dir=out  # accuracy against training cost, every run
 
 --key=value values are Python literals of the default's type; a bare --flag turns a bool option on.
 """
+import json
 import os
 import sys
 
@@ -16,10 +18,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from common import (COLORS, ConfigError, cli, configure, defaults_of, load_model, non_negative, pick_device, positive,
-                    pyplot)
-from data import (CORPUS_TASKS, TASKS, Retrieval, icl_score, induction_scores, make_task, read_meta, repeated_tokens,
-                  retrieval_scores)
+from common import (COLORS, ConfigError, cli, configure, defaults_of, load_model, non_negative, pick_device, plot_cost,
+                    positive, pyplot)
+from data import (CORPUS_TASKS, MQAR, TASKS, Retrieval, icl_score, induction_scores, make_task, read_meta,
+                  recall_scores, repeated_tokens)
 from mixit import MixiT, MixiTConfig
 from prepare import Tokenizer, encode_examples
 
@@ -38,6 +40,7 @@ induction = False  # print induction-head and in-context-learning scores, save o
 classify = ""  # classifiers: the text to label
 data_dir = ""  # the folder of prepared corpora; '' takes the checkpoint's
 bpe_dir = ""  # a folder with gpt2.tiktoken (GPT-2 BPE offline); '' takes MIXIT_BPE_DIR
+cost = ""  # a comma list of train.py comparison folders: out_dir/cost.png, final accuracy against training cost
 propagation = 0  # > 0: no checkpoint; how tokens' residual streams drift together at init, up to this depth
 propagation_width = 128  # the width of those models (4 heads, 64 tokens), measured over seeds 0, 1, 2
 # -----------------------------------------------------------------------------
@@ -105,7 +108,7 @@ def show_attention_maps(model, task, config, name, dev):
         what, words = "a random segment and its repeat", [str(int(t)) for t in idx[0]]
     maps = model.attention_maps(idx.to(dev))[:, 0].float().cpu().numpy()  # (L, H, t, t)
     path = os.path.join(config["out_dir"], "attn_maps.png")
-    kind = "fixed mixing matrices" if model.config.attn == "mixing" else "attention"
+    kind = "fixed mixing matrices" if model.config.attn == "mixing" else "attention"  # a hybrid: per layer
     plot_attention_maps(maps, words if len(words) <= 40 else None, path,
                         f"{name} ({model.config.attn}): {kind} on {what}")
     print(f"wrote {path}")
@@ -113,9 +116,9 @@ def show_attention_maps(model, task, config, name, dev):
 
 def show_induction(model, task, config, name, dev):
     """Per-head induction scores, the best head and the in-context-learning score; out_dir/induction.png. A retrieval
-    model is scored on its task: the weight from the query to the value after its key."""
-    if isinstance(task, Retrieval):
-        scores, what = retrieval_scores(model, task), "weight from each query to the value after its key"
+    or MQAR model is scored on its task: the weight from each query to the value after its key."""
+    if isinstance(task, (Retrieval, MQAR)):
+        scores, what = recall_scores(model, task), "weight from each query to the value after its key"
     else:
         scores, what = induction_scores(model, seed=config["seed"], device=dev), \
             "weight from each repeated token to the one after its first copy"
@@ -242,9 +245,9 @@ def unshape(model, seed):
     identity, no centring), and a plain residual sum."""
     g = torch.Generator().manual_seed(seed)
     for block in model.blocks:
-        A = block.attn.mixing
-        scores = torch.randn(A.shape, generator=g).masked_fill(torch.ones(A.shape[1:], dtype=torch.bool).triu(1), -torch.inf)
-        A.copy_(scores.softmax(-1))
+        P = block.attn.mixing  # the stored matrix is A - I
+        scores = torch.randn(P.shape, generator=g).masked_fill(torch.ones(P.shape[1:], dtype=torch.bool).triu(1), -torch.inf)
+        P.copy_(scores.softmax(-1) - torch.eye(P.size(-1)))
         block.s = block.r = 1.0
     return model
 
@@ -294,11 +297,26 @@ def show_propagation(config):
     print(f"wrote {path}")
 
 
+def show_cost(config):
+    """out_dir/cost.png: every run of the comparison folders (their runs.json), final accuracy against training cost."""
+    finals = []
+    for folder in config["cost"].split(","):
+        path = os.path.join(folder.strip(), "runs.json")
+        if not os.path.isfile(path):
+            raise ConfigError(f"--cost: no {path}; a folder of a finished train.py comparison holds one")
+        with open(path) as f:
+            finals += json.load(f)
+    os.makedirs(config["out_dir"], exist_ok=True)
+    path = os.path.join(config["out_dir"], "cost.png")
+    plot_cost(finals, path)
+    print(f"wrote {path}: {len(finals)} runs")
+
+
 def main(argv):
     config = configure(DEFAULTS, bare_flags(argv), RULES, files=False)
     try:
         with torch.no_grad():
-            show_propagation(config) if config["propagation"] else show(config)
+            show_propagation(config) if config["propagation"] else show_cost(config) if config["cost"] else show(config)
     except ValueError as e:  # data.py's and prepare.py's bad input: an unprepared corpus, a missing tokenizer
         raise ConfigError(str(e)) from None
 

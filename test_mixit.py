@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,7 +31,7 @@ import prepare
 import sample
 import train
 from common import ConfigError, cli, setup
-from mixit import ATTNS, KVCache, MixiT, MixiTConfig, mixing_matrix
+from mixit import ATTNS, KVCache, MixiT, MixiTConfig, gaussian_pairs, hash32, mixing_matrix, seed_key
 
 torch.set_num_threads(1)  # tiny models: one thread is as fast, and a busy shared CPU cannot stall it
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -171,6 +172,14 @@ def test_torchrun_local_rank_picks_its_gpu_and_nccl(fake_cuda, monkeypatch):
         common.setup("cuda:0", "auto")
 
 
+def test_a_process_that_sees_one_gpu_takes_it(fake_cuda, monkeypatch):
+    """A cluster launcher that gives each task its own GPU (CUDA_VISIBLE_DEVICES) leaves cuda:0 the only one."""
+    for var, value in dict(RANK="3", LOCAL_RANK="3", WORLD_SIZE="4").items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert common.setup("cuda", "auto").device == torch.device("cuda:0") == fake_cuda.chosen[-1]
+
+
 def test_teardown_leaves_no_reference_to_the_groups(fake_cuda, monkeypatch):
     """A gloo group whose last reference outlives destroy_process_group is freed during interpreter shutdown, where
     its worker threads can abort the process (it did, about one 2-process run in 15)."""
@@ -224,8 +233,8 @@ def test_shapes_and_initial_loss(attn):
 
 
 def test_forward_is_the_papers_formulas():
-    """MixiT's block written out by hand from its formulas: h = s h + r (A V) W_O, then the shaped MLP
-    gain * leaky_relu(gate, 1 + c/sqrt(d)) * up, every linear multiplied by sqrt(base / fan_in)."""
+    """MixiT's block written out by hand from its formulas: h = s h + r (A V) W_O with A = I + P, then the shaped
+    MLP gain * leaky_relu(gate, 1 + c/sqrt(d)) * up, every linear multiplied by sqrt(base / fan_in)."""
     model = tiny_model(attn="mixing", init_std=0.2, cminus=1.0, skip=0.6)
     idx = torch.randint(0, 32, (2, 12))
     cfg, C, H = model.config, 32, 4
@@ -237,7 +246,7 @@ def test_forward_is_the_papers_formulas():
     slope = 1 + 1 / math.sqrt(C)
     for block in model.blocks:
         v = lin(block.attn.v, norm(block.norm1, h), mult(C)).view(2, 12, H, C // H).transpose(1, 2)
-        y = (block.attn.mixing @ v).transpose(1, 2).reshape(2, 12, C)
+        y = ((torch.eye(12) + block.attn.mixing) @ v).transpose(1, 2).reshape(2, 12, C)
         h = s * h + r * lin(block.attn.o, y, mult(C))
         gate, up = lin(block.mlp.gate_up, norm(block.norm2, h), mult(C)).chunk(2, -1)
         act = math.sqrt(2 / (1 + slope ** 2)) * F.leaky_relu(gate, slope) * up
@@ -247,32 +256,35 @@ def test_forward_is_the_papers_formulas():
 
 
 def test_initial_weights_and_mixing_matrices_are_pinned():
-    """A checksum of every initial tensor for one seed: any change to seeding (numpy's SeedSequence of flat
-    integers, torch's generator) fails here. Mixing matrices and trained weights are those of earlier versions."""
-    expected = {"softmax": "6c15353fc1d3c2f7", "frozen_qk": "4e185c60204bd531", "mixing": "fef4c6878ac3af92"}
+    """A checksum of every initial tensor, fixed matrices included, for one seed: any change to the seeding (flat
+    integers hashed into keys) or to the generator fails here."""
+    expected = {"softmax": "1eb296e707c2c8d2", "frozen_qk": "eeb64575635bb523", "mixing": "711c2980056810c4", "learned_mixing": "a00c1a0e2a3363f2", "sfml": "489b42176ddeb9d0"}
     for attn, digest in expected.items():
         h = hashlib.sha256()
-        for key, value in tiny_model(attn=attn, seed=3).state_dict().items():
+        model = tiny_model(attn=attn, n_layer=4, seed=3)
+        for key, value in [*model.state_dict().items(), *model.named_buffers()]:
             h.update(key.encode())
             h.update(value.numpy().tobytes())
         assert h.hexdigest()[:16] == digest, attn
 
 
-def test_every_variant_builds_under_a_numpy_that_refuses_nested_seeds(monkeypatch):
-    """numpy >= 2.5 refuses nested sequences in SeedSequence; a stand-in for it here."""
-    seed_sequence = np.random.SeedSequence
-
-    def strict(entropy, *args, **kwargs):
-        if any(isinstance(e, (list, tuple, np.ndarray)) for e in np.atleast_1d(np.asarray(entropy, dtype=object))):
-            raise TypeError("SeedSequence does not accept nested sequences")
-        return seed_sequence(entropy, *args, **kwargs)
-
-    monkeypatch.setattr(np.random, "SeedSequence", strict)
-    with pytest.raises(TypeError):
-        np.random.SeedSequence([(0, 1, 2)])
-    for attn in ATTNS:
-        for freeze in ("", "mlp", "blocks"):
-            tiny_model(attn=attn, freeze=freeze)
+def test_fixed_random_numbers_are_a_function_of_their_index():
+    """Box-Muller of hashed integers: pinned values (no torch or numpy RNG behind them), the same for an index
+    whatever else is drawn with it, and standard normal."""
+    pairs = gaussian_pairs(torch.arange(4), key=7)
+    pinned = [[0.2585376, 0.0597775], [1.3125789, -0.5321221], [0.5312530, -0.9752279], [-1.5839924, 0.1576807]]
+    assert pairs.shape == (4, 2) and torch.allclose(pairs, torch.tensor(pinned), atol=1e-6)
+    for i in range(4):  # the same in plain Python floats: torch's kernels add rounding, nothing else
+        u1 = (hash32(i ^ hash32(7)) + 0.5) * 2.0 ** -32
+        angle = hash32(i ^ hash32(8)) * 2 * math.pi * 2.0 ** -32
+        radius = math.sqrt(-2 * math.log(u1))
+        assert pairs[i].tolist() == pytest.approx([radius * math.cos(angle), radius * math.sin(angle)], abs=1e-5)
+    assert torch.equal(gaussian_pairs(torch.tensor([3, 1]), key=7), pairs[[3, 1]])
+    z = gaussian_pairs(torch.arange(200_000), key=11).flatten()
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1) < 0.01 and abs((z ** 4).mean() - 3) < 0.05  # normal's kurtosis
+    assert not torch.equal(gaussian_pairs(torch.arange(4), key=8), pairs)
+    assert hash32(5) == hash32(torch.tensor(5)).item() and seed_key(1, 2) != seed_key(2, 1)
+    assert "numpy" not in open(os.path.join(HERE, "mixit.py")).read()  # the model is numpy-free
 
 
 @pytest.mark.parametrize("attn", ATTNS)
@@ -298,7 +310,7 @@ def test_classifier_pools_real_tokens_only():
 
 
 FROZEN_CASES = [("frozen_qk", "", ["attn.qk"]), ("softmax", "mlp", ["mlp."]), ("mixing", "mlp", ["mlp."]),
-                ("softmax", "blocks", ["blocks."]), ("mixing", "blocks", ["blocks."])]
+                ("softmax", "blocks", ["blocks."]), ("mixing", "blocks", ["blocks."]), ("mf", "", ["1.attn.qk"])]
 
 
 @pytest.mark.parametrize("attn,freeze,frozen_names", FROZEN_CASES)
@@ -346,49 +358,109 @@ def test_softmax_fuses_qkv_and_mixing_has_no_query_key_or_rotary():
     assert "blocks.0.mlp.gate_up.weight" in softmax
 
 
+def test_each_layer_is_built_as_its_pattern_says():
+    """One letter per layer; a uniform pattern is the uniform model, bit for bit; the parametrization follows
+    the mixing layers unless stated."""
+    model = tiny_model(attn="sfml", n_layer=4)
+    assert [b.attn.kind for b in model.blocks] == ["softmax", "frozen_qk", "mixing", "learned_mixing"]
+    a0, a1, a2, a3 = (b.attn for b in model.blocks)
+    assert hasattr(a0, "qkv") and hasattr(a0, "rotary") and hasattr(a1, "qk") and hasattr(a1, "rotary")
+    assert "mixing" in dict(a2.named_buffers()) and not hasattr(a2, "rotary")  # fixed: a buffer
+    assert isinstance(a3.mixing, torch.nn.Parameter) and not hasattr(a3, "rotary")  # learned: a parameter
+    assert torch.equal(a2.mixing, tiny_model(attn="mixing", n_layer=4).blocks[2].attn.mixing)  # its seed: (seed, layer)
+    assert model.config.mixit_param and model.wpe is not None and model.blocks[0].s < 1
+    assert not tiny_model(attn="sfml", n_layer=4, parametrization="standard").config.mixit_param
+    for attn, pattern in (("mixing", "mm"), ("softmax", "ss"), ("frozen_qk", "ff")):
+        a, b = tiny_model(attn=attn).state_dict(), tiny_model(attn=pattern).state_dict()
+        assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    for bad in ("smx", "sm", "softmax,mixing"):  # unknown letters, wrong length
+        with pytest.raises(ValueError, match="one letter per layer for n_layer=3"):
+            tiny_model(attn=bad, n_layer=3)
+
+
 def test_mixing_matrix_properties():
+    """Stored less its identity: A = I + P, causal, rows of A summing to 1 (in float32 and in bfloat16, the
+    dtype a bfloat16 run stores it in), head 0 the sink, each head's noise scale in [1/sqrt(T d_h), 1/sqrt(T)]."""
     T, H, hd = 16, 4, 8
-    A = mixing_matrix(T, H, hd, causal=True, seed=(3, 1, 0))
-    assert A.shape == (H, T, T) and A.dtype == torch.float32
+    P = mixing_matrix(T, H, hd, causal=True, seed=(3, 1, 0))
+    A = torch.eye(T) + P
+    assert P.shape == (H, T, T) and P.dtype == torch.float32
     assert torch.equal(A, A.tril())  # causal
     assert torch.allclose(A[1:].sum(-1), torch.ones(H - 1, T), atol=1e-6)  # rows sum to 1
+    stored = torch.eye(T) + P.bfloat16().float()  # the noise keeps bfloat16's relative precision
+    error, error_of_a = (stored[1:].sum(-1) - 1).abs().max(), (A[1:].bfloat16().float().sum(-1) - 1).abs().max()
+    assert error < 2e-3 and error < error_of_a / 2  # A itself in bfloat16 would round the noise near 1 away
     sink = torch.eye(T) * 0.5
     sink[:, 0] = 0.5
     assert torch.equal(A[0], sink)  # the sink head; row 0 sums to 0.5
-    noise = (A[1:] - torch.eye(T)).tril(-1)
+    noise = P[1:].tril(-1)
     for h in range(H - 1):  # per-head std between 1/sqrt(T d_h) and 1/sqrt(T) (loosely: a finite sample)
         std = noise[h][torch.ones(T, T).tril(-1).bool()].std().item()
         assert 0.5 / np.sqrt(T * hd) < std < 1.5 / np.sqrt(T)
-    assert torch.equal(A, mixing_matrix(T, H, hd, causal=True, seed=(3, 1, 0)))  # deterministic
-    assert not torch.equal(A, mixing_matrix(T, H, hd, causal=True, seed=(4, 1, 0)))
-    full = mixing_matrix(T, H, hd, causal=False)
+    assert torch.equal(P, mixing_matrix(T, H, hd, causal=True, seed=(3, 1, 0)))  # deterministic
+    assert torch.allclose(P, mixing_matrix(T, H, hd, causal=True, seed=(3, 1, 0), rows=5), atol=1e-7)  # any blocks
+    assert not torch.equal(P, mixing_matrix(T, H, hd, causal=True, seed=(4, 1, 0)))
+    full = torch.eye(T) + mixing_matrix(T, H, hd, causal=False)
     assert torch.allclose(full[1:].sum(-1), torch.ones(H - 1, T), atol=1e-6) and (full[1:].triu(1) != 0).any()
 
 
-def test_mixing_matrix_is_a_seeded_buffer_in_the_state_dict():
+def test_fixed_matrices_are_rebuilt_from_the_seed_not_saved():
+    """The state dict holds no fixed matrix; the global RNG plays no part; a checkpoint keeps a fingerprint."""
     torch.manual_seed(0)
     a = tiny_model(attn="mixing", seed=7)
-    torch.manual_seed(1)  # the global RNG plays no part
+    torch.manual_seed(1)
     b, c = tiny_model(attn="mixing", seed=7), tiny_model(attn="mixing", seed=8)
-    key, state = "blocks.1.attn.mixing", a.state_dict()
-    assert key in state and torch.equal(state[key], b.state_dict()[key])
-    assert not torch.equal(state["blocks.0.attn.mixing"], state[key])  # layers differ
-    assert not torch.equal(state[key], c.state_dict()[key])
-    c.load_state_dict(state)
-    assert torch.equal(c.blocks[1].attn.mixing, state[key])
+    assert not any("mixing" in k for k in a.state_dict())
+    assert torch.equal(a.blocks[1].attn.mixing, b.blocks[1].attn.mixing)
+    assert not torch.equal(a.blocks[0].attn.mixing, a.blocks[1].attn.mixing)  # layers differ
+    assert not torch.equal(a.blocks[1].attn.mixing, c.blocks[1].attn.mixing)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    prints = common.fingerprint(a)
+    assert len(prints) == 2 and np.array(prints[1]).shape == (4, 12) and prints == common.fingerprint(b)
+    learned = tiny_model(attn="learned_mixing", seed=7)  # a trained matrix is a parameter: saved
+    assert "blocks.1.attn.mixing" in learned.state_dict() and common.fingerprint(learned) == [None, None]
+    assert torch.equal(learned.blocks[1].attn.mixing, a.blocks[1].attn.mixing)  # from the same init
 
 
-def test_flops_count_what_each_variant_computes():
+class HostTensors(TorchDispatchMode):
+    """The largest tensor any op makes on the host."""
+    largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def test_fixed_matrices_are_built_on_the_target_device_never_on_the_host():
+    """The meta device stands in for a GPU: the matrices are made there, a block of rows at a time, and the host
+    holds nothing larger than the weights; in bfloat16 they are stored cast, once."""
+    cfg = MixiTConfig(vocab_size=32, block_size=256, n_layer=2, n_head=8, n_embd=32, attn="mixing")
+    with HostTensors() as host:
+        model = MixiT(cfg, "meta", torch.bfloat16)
+    P = model.blocks[0].attn.mixing
+    assert P.device.type == "meta" and P.dtype == torch.bfloat16 and P.shape == (8, 256, 256)
+    assert host.largest <= max(p.numel() for p in model.parameters()) < P.numel() // 8  # no head's matrix on the host
+    assert all(p.device.type == "meta" for p in model.parameters()) and model.blocks[0].attn.v.weight.dtype == torch.float32
+
+
+def test_flops_count_what_each_layer_computes():
     flops = {attn: tiny_model(attn=attn).flops_per_token() for attn in ATTNS}
-    assert flops["mixing"] < flops["frozen_qk"] < flops["softmax"]
+    assert flops["mixing"] < flops["learned_mixing"] < flops["frozen_qk"] < flops["softmax"]
     d, L, V, T = 32, 2, 32, 12
     seen = (T + 1) / 2
     matmuls = L * (4 * d * d + 8 * d * d + 4 * d * d) + d * V  # qkv + o, mlp (gate_up 8d^2, down 4d^2), head
     assert flops["softmax"] == 6 * matmuls + L * 12 * d * seen
     assert flops["frozen_qk"] == flops["softmax"] - L * 2 * (2 * d * d)  # no weight gradient for W_Q, W_K
     assert flops["mixing"] == 6 * (matmuls - L * 2 * d * d) + L * 4 * d * seen
+    assert flops["learned_mixing"] == flops["mixing"] + L * 2 * d * seen  # and the matrix's gradient
     assert tiny_model().flops_per_token(training=False) == 2 * matmuls + L * 4 * d * seen
+    one = {a: tiny_model(attn=a, n_layer=1).flops_per_token() for a in ATTNS}  # embedding and head + one block
+    head = 2 * one["softmax"] - flops["softmax"]  # what a model of no block would cost
+    hybrid = tiny_model(attn="sfml", n_layer=4).flops_per_token()
+    assert hybrid == pytest.approx(head + sum(one[a] - head for a in ATTNS))  # a hybrid: the sum of its layers
 
 
 class MatmulFlops(TorchDispatchMode):
@@ -404,18 +476,20 @@ class MatmulFlops(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("attn", ATTNS)
+@pytest.mark.parametrize("attn", [*ATTNS, "mlf"])
 def test_flop_count_matches_the_matmuls_autograd_runs(attn):
     """flops_per_token, which MFU divides by, against every matmul of a real forward and backward: the linears
     exactly (frozen W_Q/W_K without weight gradient); attention as computed (SDPA is no matmul op on CPU;
     MixiT's product is dense, where the count takes the causal half)."""
     B, T = 3, 16
-    model = MixiT(MixiTConfig(vocab_size=32, block_size=T, n_layer=2, n_head=2, n_embd=16, attn=attn))
+    model = MixiT(MixiTConfig(vocab_size=32, block_size=T, n_layer=3, n_head=2, n_embd=16, attn=attn))
     with MatmulFlops() as recorder:
         model(torch.randint(32, (B, T)), torch.randint(32, (B, T)))[1].backward()
-    cfg, seen = model.config, (T + 1) / 2
-    counted = cfg.n_layer * cfg.n_embd * (4 * seen if attn == "mixing" else 12 * seen)
-    ran = cfg.n_layer * 4 * cfg.n_embd * T if attn == "mixing" else 0  # A @ V and A^T @ dY, dense
+    seen, C, counted, ran = (T + 1) / 2, 16, 0, 0
+    for kind in model.config.layer_attn:
+        matmuls = 3 if kind == "learned_mixing" else 2 if kind == "mixing" else 0  # A V, A^T dY (, dY V^T)
+        counted += 2 * C * seen * (matmuls or 6)
+        ran += 2 * C * T * matmuls  # dense
     assert recorder.total == (model.flops_per_token() - counted + ran) * B * T
 
 
@@ -440,9 +514,12 @@ def test_bf16_residual_stream_trains_like_float32():
     assert losses[torch.bfloat16] < 0.5 * math.log(32) and abs(losses[torch.bfloat16] - losses[torch.float32]) < 0.1
 
 
-@pytest.mark.parametrize("attn", ATTNS)
+GENERATING = [*ATTNS, "smfl"]
+
+
+@pytest.mark.parametrize("attn", GENERATING)
 def test_cached_generation_matches_uncached(attn):
-    model = tiny_model(attn=attn, block_size=16).eval()
+    model = tiny_model(attn=attn, block_size=16, n_layer=4, init_std=0.1).eval()
     prompt = torch.randint(0, 32, (2, 5))
     for new in (8, 30):  # 30 runs past block_size: the window is cropped and the cache rebuilt
         cached = model.generate(prompt, new, top_k=1, use_cache=True)
@@ -456,42 +533,59 @@ def test_cached_generation_matches_uncached(attn):
     assert all(torch.equal(batched[r:r + 1], model.generate(prompt[r:r + 1], 15, top_k=1)) for r in range(2))
 
 
-@pytest.mark.parametrize("attn", ATTNS)
+@pytest.mark.parametrize("attn", GENERATING)
 def test_cache_filled_in_chunks_matches_one_forward(attn):
     """forward with a cache, a few tokens at a time (a chunk after the first is causal within itself)."""
-    model = tiny_model(attn=attn, init_std=0.2).eval()
+    model = tiny_model(attn=attn, init_std=0.2, n_layer=4).eval()
     idx = torch.randint(0, 32, (2, 12))
     full, _ = model(idx)
-    cache = KVCache(model.config.n_layer, 12, keys=attn != "mixing")
+    cache = KVCache(model.config.n_layer, 12)
     with torch.no_grad():
         parts = [model(idx[:, a:b], cache=cache)[0] for a, b in ((0, 5), (5, 6), (6, 12))]
     assert cache.pos == 12 and torch.allclose(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-4)
+    assert [k is None for k in cache.k] == [a in ("mixing", "learned_mixing") for a in model.config.layer_attn]
 
 
-@pytest.mark.parametrize("attn,classifier", [(a, False) for a in ATTNS] + [("softmax", True), ("mixing", True)])
+def test_a_learned_mixing_matrix_stays_causal_and_learns():
+    """Trained: its causal entries move, the future's get no gradient and stay 0 (weight decay included)."""
+    model = tiny_model(attn="learned_mixing")
+    before = model.blocks[0].attn.mixing.detach().clone()
+    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.99), "cpu")
+    for _ in range(5):
+        idx = torch.randint(0, 32, (4, 12))
+        model(idx, idx.roll(-1, 1))[1].backward()
+        assert not model.blocks[0].attn.mixing.grad.triu(1).any()
+        opt.step()
+        opt.zero_grad()
+    after = model.blocks[0].attn.mixing.detach()
+    assert not after.triu(1).any() and not torch.equal(after.tril(), before.tril())
+
+
+@pytest.mark.parametrize("attn,classifier", [(a, False) for a in GENERATING] + [("softmax", True), ("mixing", True)])
 def test_attention_maps_are_what_each_layer_applies(attn, classifier):
     """Replacing each layer's attention by its map (times the values) reproduces forward."""
     kw = dict(n_classes=3, pad_id=0, causal=False) if classifier else {}
-    model = tiny_model(attn=attn, init_std=0.2, **kw).eval()
+    model = tiny_model(attn=attn, init_std=0.2, n_layer=4, **kw).eval()
     idx = torch.randint(1, 32, (2, 12))
     if classifier:
         idx[:, 9:] = 0
     maps = model.attention_maps(idx)
-    assert maps.shape == (2, 2, 4, 12, 12)
-    if attn != "mixing":
-        assert torch.allclose(maps.sum(-1), torch.ones(2, 2, 4, 12), atol=1e-5)  # probabilities
-        assert torch.equal(maps, maps.tril()) or classifier
+    assert maps.shape == (4, 2, 4, 12, 12)
+    for kind, m in zip(model.config.layer_attn, maps):
+        if kind in ("softmax", "frozen_qk"):
+            assert torch.allclose(m.sum(-1), torch.ones(2, 4, 12), atol=1e-5)  # probabilities
+        assert torch.equal(m, m.tril()) or classifier
     layer = iter(maps)
 
     def attention_by_map(self, x, cache=None, pad_mask=None):
         B, t, C = x.shape
-        v = self.v(x) if self.attn != "softmax" else self.qkv(x)[..., 2 * C:]
+        v = self.qkv(x)[..., 2 * C:] if self.kind == "softmax" else self.v(x)
         v = v.view(B, t, self.n_head, -1).transpose(1, 2)
         return self.o((next(layer) @ v).transpose(1, 2).reshape(B, t, C))
 
     expected, _ = model(idx)
-    model.blocks[0].attn.forward = types.MethodType(attention_by_map, model.blocks[0].attn)
-    model.blocks[1].attn.forward = types.MethodType(attention_by_map, model.blocks[1].attn)
+    for block in model.blocks:
+        block.attn.forward = types.MethodType(attention_by_map, block.attn)
     assert torch.allclose(model(idx)[0], expected, atol=1e-5)
 
 
@@ -579,7 +673,7 @@ def test_memorize_is_a_fixed_random_table():
     assert all(label[(int(a), int(b))] == int(t) for (a, b), t in zip(x, y[:, 1]))
 
 
-@pytest.mark.parametrize("name", ["addition_2", "dyck_8", "retrieval_2", "induction_4"])
+@pytest.mark.parametrize("name", ["addition_2", "dyck_8", "retrieval_2", "induction_4", "mqar_1", "mqar_2"])
 def test_training_stream_never_repeats_the_test_set(name):
     task = data.make_task(name)
     test = {tuple(r) for r in task.test}
@@ -609,6 +703,61 @@ def test_batches_depend_only_on_their_seed():
     ("modadd_1", "modadd_N takes an integer N >= 2"), ("retrieval_200", "retrieval_N needs 2N <= 256"),
 ])
 def test_bad_task_names_are_one_clear_line(name, message):
+    with pytest.raises(ValueError, match=message):
+        data.make_task(name)
+
+
+def brute_mqar(task, x, y):
+    """Checks the layout of one row with plain loops and returns its answers."""
+    V, PAD = task.VALUE, task.PAD
+    row = list(x) + [max(int(y[-1]), PAD)]  # the last token: the last answer when n = N, else padding
+    n = sum(1 for t in row if t != PAD) // 4
+    assert 1 <= n <= task.n and len(row) == 4 * task.n
+    assert all(t != PAD for t in row[:4 * n]) and all(t == PAD for t in row[4 * n:])  # padding after
+    value_of = {}
+    for i in range(n):
+        key, value = row[2 * i], row[2 * i + 1]
+        assert 1 <= key < V <= value < 2 * V and key not in value_of  # distinct keys
+        value_of[key] = value
+    queries, answers = [], []
+    for i in range(n):
+        key, answer = row[2 * n + 2 * i], row[2 * n + 2 * i + 1]
+        assert key in value_of and answer == value_of[key]  # asks a key present earlier; the value after it
+        queries.append(key)
+        answers.append(value_of[key])
+    assert sorted(queries) == sorted(value_of)  # every key once
+    assert [p for p in range(len(y)) if y[p] >= 0] == [2 * n + 2 * i for i in range(n)]  # scored: the queries
+    return answers
+
+
+@pytest.mark.parametrize("name", ["mqar_1", "mqar_4", "mqar_16", "mqar_255"])
+def test_mqar_labels_by_brute_force(name):
+    task = data.make_task(name)
+    for split in ("train", "test"):
+        x, y = task.get_batch(split, 300, seed=[1, 2, 3])
+        assert x.shape == (300, task.block_size) == y.shape and x.dtype == torch.long
+        assert 0 <= x.min() and x.max() < task.vocab_size == 512
+        for xr, yr in zip(x.numpy(), y.numpy()):
+            assert list(yr[yr >= 0]) == brute_mqar(task, xr, yr)
+
+
+def test_mqar_draws_every_pair_count_key_and_query_order():
+    task = data.make_task("mqar")
+    assert task.name == "mqar_16" and task.block_size == 63
+    pairs = (task.test != 0).sum(1) // 4
+    assert set(pairs) == set(range(1, 17)) and 200 < np.bincount(pairs)[1:].min()  # n ~ U{1..16}: 250 each
+    assert set(task.test[:, 0:32:2].ravel()) == set(range(256))  # every key (and PAD) appears
+    asked_in_order = [list(r[2 * n:4 * n:2]) == list(r[:2 * n:2]) for r, n in zip(task.test, pairs) if n == 3]
+    assert 0.1 < np.mean(asked_in_order) < 0.25  # 3 keys are queried in their own order 1/6 of the time
+    assert [task.token_str(t) for t in (0, 1, 255, 256, 511)] == ["_", "k1", "k255", "0", "255"]
+
+
+@pytest.mark.parametrize("name, message", [
+    ("mqar_0", r"^task 'mqar_0': mqar_N takes an integer N >= 1$"),
+    ("mqar_256", r"^mqar_N needs distinct keys, N <= 255, got N=256$"),
+    ("mqar_300", r"^mqar_N needs distinct keys, N <= 255, got N=300$"),
+])
+def test_bad_mqar_names_are_one_clear_line(name, message):
     with pytest.raises(ValueError, match=message):
         data.make_task(name)
 
@@ -686,22 +835,34 @@ def test_prefix_matching_score_on_hand_built_patterns():
     assert batched.shape == (3, 1) and batched[2].item() == 0.0  # attending to itself scores 0
 
 
-def test_retrieval_score_finds_the_value_after_the_queried_key(monkeypatch):
-    """A head that attends from each query exactly to the value after its key scores 1; the others 0."""
-    task, model = data.make_task("retrieval_4"), tiny_model(vocab_size=512, block_size=10)
-    x = torch.from_numpy(task.test[:8, :-1])
+@pytest.mark.parametrize("name, asked", [("mqar_4", 0), ("retrieval_4", 4), ("induction_6", 0)])
+def test_recall_score_finds_the_value_after_each_asked_key(monkeypatch, name, asked):
+    """A head attending from every answer's position to the token after the first occurrence of the key it asks
+    (the token, less `asked`) scores 1; a head attending to the key itself, or any other, 0."""
+    task = data.make_task(name)
+    model = tiny_model(vocab_size=task.vocab_size, block_size=task.block_size)
+    T = task.block_size
+    _, y = task.xy(task.test[:8])
 
     def perfect_head(idx):
-        maps = torch.zeros(2, len(idx), 4, 10, 10)
+        maps = torch.zeros(2, len(idx), 4, T, T)
+        maps[0, :, 0] = torch.eye(T)  # a distractor: each position to itself
         for b, row in enumerate(idx.tolist()):
-            q = next(p for p, t in enumerate(row) if t >= task.half + task.n)
-            maps[1, b, 2, q, row.index(row[q] - task.n) + 1] = 1.0  # layer 1, head 2
+            for t in range(T):
+                if y[b, t] >= 0:
+                    key = row.index(row[t] - asked)
+                    maps[1, b, 2, t, key + 1] = 1.0  # layer 1, head 2
+                    maps[1, b, 3, t, key] = 1.0  # off by one: the key, not its value
         return maps
 
     monkeypatch.setattr(model, "attention_maps", perfect_head)
-    scores = data.retrieval_scores(model, task, n_seqs=8)
+    scores = data.recall_scores(model, task, n_seqs=8)
     assert scores.shape == (2, 4) and scores[1, 2] == 1.0 and scores.sum() == 1.0
-    assert all(y[(x_ >= task.half + task.n).nonzero()[0, 0]] >= 1 for x_, y in zip(x, task.xy(task.test[:8])[1]))
+
+
+def test_recall_scores_refuse_a_task_without_earlier_keys():
+    with pytest.raises(ValueError, match=r"^recall_scores: addition_2 scores a position whose key does not occur"):
+        data.recall_scores(tiny_model(vocab_size=31), data.make_task("addition_2"))
 
 
 @pytest.mark.parametrize("attn", ATTNS)
@@ -1041,10 +1202,11 @@ def torchrun_cmd(nproc, *args):
             *args]
 
 
-@pytest.mark.parametrize("accum, attn", [(1, "mixing"), (2, "softmax")])
+@pytest.mark.parametrize("accum, attn", [(1, "mixing"), (2, "fl")])
 def test_torchrun_two_processes_match_one(tmp_path, accum, attn):
     """The step is the same batch_size x accum sequences for any number of processes: whole micro-batches per
-    process (accum 2), or each micro-batch's rows dealt out (accum 1, the default)."""
+    process (accum 2), or each micro-batch's rows dealt out (accum 1, the default); MixiT, and a hybrid of a
+    Frozen-QK layer and a learned mixing layer."""
     args = ["--task=addition_2", f"--attn={attn}", "--max_iters=4", "--eval_interval=2", "--device=cpu",
             f"--gradient_accumulation_steps={accum}", *FAST]
     proc = subprocess.run(torchrun_cmd(2, *args, f"--out_dir={tmp_path / 'ddp'}"), cwd=HERE, capture_output=True,
@@ -1076,7 +1238,7 @@ def test_mixing_heads_run_mixit_at_each_head_count(tmp_path, capsys):
     assert run_train(tmp_path, "--task=addition_2", "--attn=softmax,mixing", "--max_iters=2", "--eval_interval=2",
                      *FAST, "--mixing_heads=1,4") == 0
     assert sorted(os.listdir(tmp_path)) == ["addition_2-mixing-h1", "addition_2-mixing-h4", "addition_2-softmax",
-                                            "compare.png", "results.md"]
+                                            "compare.png", "cost.png", "results.md", "runs.json"]
     assert load_ckpt(tmp_path / "addition_2-mixing-h4")["model_args"]["n_head"] == 4
     assert load_ckpt(tmp_path / "addition_2-softmax")["model_args"]["n_head"] == 2
     assert "| addition_2 | mixing h=1 | 1 | 2 |" in capsys.readouterr().out
@@ -1099,6 +1261,141 @@ def test_step_shares_cover_the_step_once():
         train.step_shares(3, 5, types.SimpleNamespace(world_size=2, rank=0))
 
 
+def test_mfu_is_per_device_and_tokens_per_second_for_all():
+    """tokens_per_iter counts the whole step over every process: MFU divides by one device's share."""
+    assert train.speed(8000, 2.0, 3.0, 6000.0, 1) == (4000.0, 2.0)
+    assert train.speed(8000, 2.0, 3.0, 6000.0, 8) == (4000.0, 0.25)  # the same step on 8 GPUs: 1/8 each
+    assert train.speed(8000, 2.0, 3.0, None, 2) == (4000.0, None)
+
+
+def test_every_run_of_a_multi_run_job_is_compiled(tmp_path, monkeypatch):
+    """Ten models in one process, one after another, as train.py trains a comparison: dynamo's recompile limit (8
+    graphs per code object) must not send the later ones back to eager. A backend that counts what it compiles."""
+    compiled = []
+    compile_ = torch.compile
+
+    def counting(model, **kw):
+        return compile_(model, backend=lambda gm, inputs: compiled.append(len(compiled)) or gm.forward, **kw)
+
+    monkeypatch.setattr(torch, "compile", counting)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)  # reached sooner: fewer models show the same
+    assert run_train(tmp_path, "--task=addition_2", "--attn=softmax,mixing", "--seeds=5", "--compile=True",
+                     "--max_iters=1", "--eval_interval=1", *FAST) == 0
+    assert len(compiled) >= 10  # a graph for each model's forward (and backward)
+
+
+def test_ddp_syncs_no_buffers_during_steps(monkeypatch):
+    """The fixed matrices and rotary tables are identical by construction: no broadcast of them at any step (a
+    1-process gloo group; DDP broadcasts to itself all the same)."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        model = tiny_model(attn="mixing")
+        ddp = train.wrap(model, {"compile": False}, types.SimpleNamespace(ddp=True, device_type="cpu", local_rank=0))
+        broadcasts = []
+        monkeypatch.setattr(dist, "_broadcast_coalesced", lambda *a, **k: broadcasts.append(a))
+        idx = torch.randint(0, 32, (2, 12))
+        for _ in range(3):
+            ddp(idx, idx)[1].backward()
+        ours = len(broadcasts)
+        plain = torch.nn.parallel.DistributedDataParallel(tiny_model(attn="mixing"))
+        broadcasts.clear()
+        plain(idx, idx)[1].backward()
+    finally:
+        dist.destroy_process_group()
+    assert ours == 0 and len(broadcasts) == 1  # a plain DDP broadcasts its buffers at every forward
+
+
+def test_checkpoint_holds_no_fixed_matrix_and_refuses_another_one(tmp_path, capsys):
+    """A checkpoint keeps a fingerprint of the matrices, rebuilt from the seed on load: a mismatch is refused in
+    one line, by train.py and by sample.py."""
+    assert run_train(tmp_path, "--task=addition_2", "--attn=mixing", "--max_iters=2", *FAST) == 0
+    ckpt = load_ckpt(tmp_path)
+    assert not any("mixing" in k for k in ckpt["model"]) and len(ckpt["fingerprint"]) == 2
+    ckpt["fingerprint"][1][1][0] += 0.01  # another generator would differ everywhere
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    assert run_train(tmp_path, "--task=addition_2", "--attn=mixing", "--max_iters=4", "--init_from=resume", *FAST) == 2
+    assert run_sample(tmp_path, "--num_samples=1") == 2
+    for err in capsys.readouterr().err.splitlines()[-2:]:
+        assert "the fixed mixing matrix of layer 1 cannot be rebuilt here" in err and "another version" in err
+
+
+def test_classifiers_take_the_references_width_multiplier_base():
+    """The reference's classifier never sets base_hidden_size (1: every MixiT linear times 1/sqrt(fan_in)); its
+    language models and algorithmic runs use 512. base_width > 0 states one."""
+    lm, classifier = data.make_task("addition_2"), types.SimpleNamespace(
+        name="yelp", vocab_size=64, block_size=16, causal=False, n_classes=2, pad_id=0)
+    config = dict(train.DEFAULTS, attn="mixing")
+    assert train.model_config(config, lm).base_width == 512 and train.model_config(config, classifier).base_width == 1
+    assert train.model_config(dict(config, base_width=64.0), classifier).base_width == 64
+
+
+def test_comparison_states_each_runs_settings(tmp_path, capsys):
+    """The header line and results.md name what tells the variants apart: heads, parametrization, Q/K init."""
+    assert run_train(tmp_path, "--task=mqar_2", "--attn=frozen_qk,mixing,ml", "--max_iters=2", "--eval_interval=2",
+                     *FAST, "--mixing_heads=4") == 0
+    out = capsys.readouterr().out
+    assert "[mqar_2 | mixing h=4 | seed 0] 2 layers x 32, 4 heads, MixiT parametrization (multipliers base 512" in out
+    assert "2 layers x 32, 2 heads, standard parametrization, frozen W_Q, W_K ~ N(0, 1/n)" in out
+    assert "layers mixing learned_mixing" in (tmp_path / "results.md").read_text()
+    finals = json.loads((tmp_path / "runs.json").read_text())
+    assert [r["variant"] for r in finals] == ["frozen_qk", "mixing h=4", "ml"]
+    metrics = read_metrics(tmp_path / "mqar_2-ml")[-1]
+    assert len(metrics["val_acc_n"]) == 2 and len(metrics["induction_layers"]) == 2  # by pairs; per layer
+    assert metrics["flops"] == pytest.approx(2 * 64 * 7 * MixiT(MixiTConfig(**load_ckpt(tmp_path / "mqar_2-ml")
+                                                                     ["model_args"])).flops_per_token())
+
+
+def test_sample_standard_deviation_over_seeds():
+    runs = [dict(task="t", attn="softmax", mixing_heads="", freeze="", unfreeze_at="never", model="m", seed=s)
+            for s in range(3)]
+    histories = [[{"iter": 1, "val_acc": v}] for v in (0.1, 0.2, 0.6)]
+    (row,) = train.summarize(runs, histories)
+    assert row["val_acc"] == pytest.approx((0.3, np.std([0.1, 0.2, 0.6], ddof=1)))  # n - 1
+
+
+UNFREEZE = ["--task=addition_2", "--attn=fl", "--freeze=mlp", "--unfreeze_at=3", "--eval_interval=3",
+            "--learning_rate=1e-2", *FAST]
+
+
+def test_frozen_parts_start_training_at_the_unfreeze_step(tmp_path, capsys):
+    """Frozen W_Q, W_K, MLPs and a learned mixing matrix: bit-identical to their init until the step, then moving,
+    in the optimizer with fresh state; the FLOPs per token follow."""
+    assert run_train(tmp_path / "a", *UNFREEZE, "--max_iters=3") == 0
+    ckpt = load_ckpt(tmp_path / "a")
+    init = MixiT(MixiTConfig(**ckpt["model_args"])).state_dict()
+    late = [k for k in init if "attn.qk" in k or "mlp." in k or k.endswith("attn.mixing")]
+    assert len(late) == 11 and all(torch.equal(ckpt["model"][k], init[k]) for k in late)  # frozen until step 3
+    assert len(ckpt["optimizer"]["param_groups"]) == 2
+    assert run_train(tmp_path / "a", *UNFREEZE, "--max_iters=6", "--init_from=resume") == 0
+    ckpt = load_ckpt(tmp_path / "a")
+    assert all(not torch.equal(ckpt["model"][k], init[k]) for k in late if "bias" not in k)  # trained since
+    assert len(ckpt["optimizer"]["param_groups"]) == 4  # the late parameters: decayed matrices, then vectors
+    assert "iter 3: unfroze" in capsys.readouterr().out
+    first, last = read_metrics(tmp_path / "a")
+    assert last["flops"] - first["flops"] > first["flops"]  # the steps after cost more: weight gradients
+
+
+def test_resume_across_the_unfreeze_step_matches_an_uninterrupted_run(tmp_path):
+    run = [*UNFREEZE, "--eval_interval=2", "--lr_decay_iters=6"]
+    assert run_train(tmp_path / "full", *run, "--max_iters=6") == 0
+    for stop in (2, 4, 6):  # before the switch, after it
+        assert run_train(tmp_path / "part", *run, f"--max_iters={stop}", f"--init_from={'resume' if stop > 2 else 'scratch'}") == 0
+    full, part = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "part")
+    assert [m["iter"] for m in part] == [2, 4, 6]
+    for a, b in zip(full, part):
+        for key in ("train_loss", "val_loss", "flops"):
+            assert a[key] == pytest.approx(b[key], rel=1e-6)
+    a, b = load_ckpt(tmp_path / "full")["model"], load_ckpt(tmp_path / "part")["model"]
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_schedules_without_frozen_parts_are_not_run_twice():
+    config = dict(train.DEFAULTS, task="addition_2", attn="softmax,frozen_qk,mm,ml", unfreeze_at="never,50%")
+    labels = [train.run_label(r) for r in train.plan_runs(config)]
+    assert labels == ["softmax", "frozen_qk", "frozen_qk unfreeze@50%", "mm", "ml", "ml unfreeze@50%"]
+
+
 def write_config(tmp_path, text):
     path = tmp_path / "cfg.py"
     path.write_text(text)
@@ -1106,7 +1403,12 @@ def write_config(tmp_path, text):
 
 
 BAD_INPUTS = [
-    (["--attn=linear"], "valid: softmax, frozen_qk, mixing, all"),
+    (["--attn=linear"], "valid: softmax, frozen_qk, mixing, learned_mixing, all, or one letter per layer"),
+    (["--attn=smx", "--n_layer=3"], "unknown attn 'smx'; valid: softmax, frozen_qk, mixing, learned_mixing, all"),
+    (["--attn=smsm", "--n_layer=3"], "one letter per layer for n_layer=3 (s softmax, f frozen_qk, m mixing"),
+    (["--parametrization=shaped"], "valid: auto, mixit, standard"),
+    (["--unfreeze_at=half"], "unfreeze_at='half': expected never, a step like 2000 or a share like 50% (0-100%)"),
+    (["--unfreeze_at=150%"], "a share like 50% (0-100%)"),
     (["--freeze=attn"], "valid: '', mlp, blocks"),
     (["--task=sorting_5"], "valid: addition_N, dyck_N, retrieval_N, modadd_P, memorize_N, induction_N"),
     (["--task=addition_x"], "addition_N takes an integer N >= 1"),
@@ -1328,13 +1630,36 @@ def preset_task(name, block_size):
                                  n_classes=n_classes, pad_id=50256 if n_classes else -1)
 
 
+def stated(text, pattern, cast=int):
+    """The number a preset's comment states (None where it states none)."""
+    match = re.search(pattern, text)
+    return None if match is None else cast(match.group(1).replace(",", "").rstrip("."))
+
+
 @pytest.mark.parametrize("name", PRESETS)
-def test_presets_parse_and_build_a_valid_model_for_every_run(name):
-    config = common.configure(train.DEFAULTS, [os.path.join(HERE, "configs", f"{name}.py")], train.RULES)
+def test_presets_run_what_their_comments_state(name):
+    """Every preset states its model and training in two comment lines, and every run it plans builds that model:
+    layers, width, heads (MixiT's too), context, multipliers' base; steps, sequences a step, learning rate."""
+    path = os.path.join(HERE, "configs", f"{name}.py")
+    text = open(path).read()
+    model_line = next(line for line in text.splitlines() if line.startswith("# Model: "))
+    training_line = next(line for line in text.splitlines() if line.startswith("# Training: "))
+    config = common.configure(train.DEFAULTS, [path], train.RULES)
     runs = train.plan_runs(config)
     assert len(runs) >= 2  # every preset compares variants
+    mixit_heads = re.search(r"MixiT ([\d, ]+) heads", model_line)
     for run in runs:
-        train.model_config(run, preset_task(run["task"], run["block_size"]))
+        m = train.model_config(run, preset_task(run["task"], run["block_size"]))
+        assert (m.n_layer, m.n_embd) == (stated(model_line, r"(\d+) layers"), stated(model_line, r"width ([\d,]+)"))
+        if run["attn"] == "mixing":
+            assert mixit_heads and m.n_head in [int(h) for h in mixit_heads.group(1).split(",")], run["out_dir"]
+        else:
+            assert m.n_head == stated(model_line, r"([\d,]+) heads")
+        assert stated(model_line, r"context ([\d,]+)") in (None, m.block_size)
+        assert stated(model_line, r"multipliers base ([\d.]+)", float) in (None, m.base_width)
+        assert run["max_iters"] == stated(training_line, r"([\d,]+) steps")
+        assert run["batch_size"] * run["gradient_accumulation_steps"] == stated(training_line, r"of ([\d,]+) sequences")
+        assert run["learning_rate"] == stated(training_line, r"lr ([\d.e-]+)", float)
     assert config["device"] == ("cpu" if name.endswith("_cpu") else "auto")  # paper presets: the GPU when present
 
 
@@ -1366,7 +1691,8 @@ def test_ddp_a_dying_rank_ends_the_job(tmp_path):
 
 # ===== sample.py
 
-TRAIN = ["--device=cpu", "--log_interval=1000", "--n_layer=2", "--n_head=2", "--n_embd=32", "--batch_size=16",
+TRAIN = ["--device=cpu", "--log_interval=1000", "--n_layer=2", "--n_head=2", "--mixing_heads=", "--n_embd=32",
+         "--batch_size=16",
          "--warmup_iters=2", "--max_iters=4", "--eval_interval=4", "--eval_iters=2"]
 
 
@@ -1512,9 +1838,23 @@ def test_propagation_at_init_prints_and_plots(tmp_path, capsys):
     assert random[8, 1] > 0.7 and plain[8, 1] > 0.7 and mixit[8, 1] < 0.5  # tokens collapse together without shaping
 
 
+def test_cost_plot_of_several_comparisons(tmp_path, capsys):
+    """Every run of several finished comparisons, final accuracy against training FLOPs and time per sample."""
+    for name in ("where", "when"):
+        (tmp_path / name).mkdir()
+        runs = [dict(task="mqar_4", variant=v, attn=v, freeze="", seed=0, model="m", samples=6400, flops=1e12 * k,
+                     time=2.0 * k, val_acc=0.2 * k) for k, v in enumerate(["softmax", "mmsm", "frozen_qk"], 1)]
+        (tmp_path / name / "runs.json").write_text(json.dumps(runs))
+    assert cli(sample.main, [f"--cost={tmp_path / 'where'},{tmp_path / 'when'}", f"--out_dir={tmp_path}"]) == 0
+    assert "6 runs" in capsys.readouterr().out and is_png(tmp_path / "cost.png")
+    assert cli(sample.main, [f"--cost={tmp_path / 'nowhere'}", f"--out_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nowhere/runs.json; a folder of a finished train.py comparison" in err
+
+
 def test_unshaped_mixing_is_plain_random_attention():
     model = sample.unshape(tiny_model(attn="mixing"), seed=0)
-    A = model.blocks[0].attn.mixing
+    A = torch.eye(12) + model.blocks[0].attn.mixing
     assert torch.allclose(A.sum(-1), torch.ones(4, 12)) and (A >= 0).all() and torch.equal(A, A.tril())
     assert model.blocks[0].s == model.blocks[0].r == 1.0
 
@@ -1538,7 +1878,7 @@ def test_cpu_run_writes_every_table(tmp_path, capsys):
     assert results["config"]["size"] == "tiny" and results["calib"]["measured_tflops"] > 0
     for shape in results["shapes"]:  # a row per variant and shape, every number positive
         rows = [r for r in results["train"] if r["shape"] == shape]
-        assert [r["attn"] for r in rows] == list(ATTNS)
+        assert [r["attn"] for r in rows] == list(ATTNS[:3])  # all: the paper's three
         for r in rows:
             assert min(r["ms_median"], r["ms_min"], r["tok_s_median"], r["mfu_pct"], r["peak_mib"],
                        r["flops_per_token"], r["trainable_m"]) > 0
@@ -1549,11 +1889,25 @@ def test_cpu_run_writes_every_table(tmp_path, capsys):
     md = (out / "bench.md").read_text()
     for heading in ("## Calibration", "### lm_tiny", "### gpt2_tiny", "## Context sweep", "## Profile: mixing"):
         assert heading in md
-    for a in ATTNS:
+    for a in ATTNS[:3]:
         assert f"| {a} |" in md and "aten::" in (out / f"profile_{a}.txt").read_text()
     assert "| 128 | 4 |" in md  # the sweep row with its ratios
     assert (out / "sweep.png").stat().st_size > 0
     assert "## Context sweep" in capsys.readouterr().out  # the tables are printed too
+
+
+def test_build_part_measures_mixit_at_long_context(tmp_path, monkeypatch):
+    """bench.py's build part at a small size: time, host memory on this device and on meta (the GPU's stand-in),
+    checkpoints that hold no fixed matrix."""
+    monkeypatch.setitem(bench.SIZES["tiny"], "build", (2, 32, 4, 256, 64))
+    out = tmp_path / "b"
+    assert cli(bench.main, ["--device=cpu", "--parts=build", f"--out_dir={out}"]) == 0
+    cpu, meta = json.loads((out / "bench.json").read_text())["build"]
+    assert (cpu["device"], meta["device"]) == ("cpu", "meta") and cpu["build_s"] > 0
+    assert cpu["matrices_mib"] == meta["matrices_mib"] == 2 * 4 * 256 * 256 * 4 / 2 ** 20
+    assert cpu["ckpt_mixing_mib"] < cpu["ckpt_softmax_mib"] + cpu["matrices_mib"] / 4  # positions, not matrices
+    assert meta["host_peak_mib"] < cpu["matrices_mib"]
+    assert "## MixiT at long context" in (out / "bench.md").read_text() and not list(out.glob("*.pt"))
 
 
 def test_smoke_runs_train_py(tmp_path, monkeypatch):
@@ -1628,7 +1982,7 @@ def test_cuda_every_variant_trains_compiled_in_bf16_like_eager(tmp_path):
             "--n_embd=64", "--batch_size=64", "--warmup_iters=2"]
     for mode in ("True", "False"):
         assert run_train(tmp_path / mode, *args, f"--compile={mode}", device="cuda") == 0
-    for attn in ATTNS:
+    for attn in ATTNS[:3]:  # all: the paper's three
         compiled, eager = (read_metrics(tmp_path / mode / f"addition_3-{attn}") for mode in ("True", "False"))
         assert compiled[-1]["val_loss"] < compiled[0]["val_loss"] < math.log(31)  # the loss falls
         assert compiled[-1]["train_loss"] == pytest.approx(eager[-1]["train_loss"], rel=0.05)  # bf16 tolerance
@@ -1648,6 +2002,19 @@ def test_cuda_fused_adamw_and_fused_attention_kernels():
             _, loss = model(idx, idx)
         loss.backward()
         opt.step()
+
+
+@cuda
+def test_cuda_builds_the_cpus_mixing_matrices_on_the_gpu():
+    """The matrices are a function of the seed on any device: a GPU's equal the CPU's to float rounding, so a
+    checkpoint trained on one loads on the other; in bfloat16 they are stored cast."""
+    cfg = lambda: MixiTConfig(vocab_size=32, block_size=300, n_layer=2, n_head=8, n_embd=64, attn="mixing")
+    gpu, cpu = MixiT(cfg(), "cuda", torch.bfloat16), MixiT(cfg())
+    P = gpu.blocks[1].attn.mixing
+    assert P.is_cuda and P.dtype == torch.bfloat16
+    assert torch.allclose(P.float().cpu(), cpu.blocks[1].attn.mixing, rtol=1e-2, atol=1e-3)
+    assert torch.allclose(MixiT(cfg(), "cuda").blocks[1].attn.mixing.cpu(), cpu.blocks[1].attn.mixing, atol=1e-6)
+    common.check_fingerprint(cpu, {"fingerprint": common.fingerprint(gpu)}, "a GPU's checkpoint")
 
 
 @cuda

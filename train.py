@@ -9,6 +9,8 @@ Train the standard transformer and the paper's variants, side by side.
 A config file is Python and runs as code, like any script: use only files you trust. --key=value values are
 Python literals (never evaluated) of the default's type.
 """
+import hashlib
+import inspect
 import json
 import math
 import os
@@ -22,11 +24,11 @@ import torch
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, cli, configure, defaults_of,
-                    load_checkpoint, non_negative, peak_flops, plot_comparison, positive, save_checkpoint, setup,
-                    teardown, unit_interval, write_atomic)
-from data import TEST_SEED, Induction, Memorize, Retrieval, induction_scores, make_task, retrieval_scores
-from mixit import ATTNS, FREEZES, QK_INITS, MixiT, MixiTConfig
+from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, check_fingerprint, cli, configure,
+                    defaults_of, fingerprint, load_checkpoint, non_negative, peak_flops, plot_comparison, plot_cost,
+                    positive, save_checkpoint, setup, teardown, unit_interval, write_atomic)
+from data import MQAR, TEST_SEED, Induction, Memorize, Retrieval, induction_scores, make_task, recall_scores
+from mixit import ATTNS, FREEZES, LETTERS, PARAMETRIZATIONS, QK_INITS, MixiT, MixiTConfig, param_groups
 
 # -----------------------------------------------------------------------------
 # default config values: the main job, every variant on the paper's headline claims: MixiT matches the standard
@@ -45,18 +47,20 @@ eval_iters = 20  # language modeling: batches of the fixed validation sample
 seed = 0  # model init, frozen weights, mixing matrices and the data stream
 seeds = 1  # run seeds seed .. seed+seeds-1 and report mean ± std
 # model
-attn = "all"  # softmax | frozen_qk | mixing, a comma list, or all
+attn = "all"  # softmax | frozen_qk | mixing | learned_mixing | a letter per layer (mmsm); a list; all: the first 3
+parametrization = "auto"  # mixit | standard | auto: MixiT's (residual scaling, shaped MLP, multipliers, wpe) if mixing
 freeze = ""  # '' | mlp | blocks, or a comma list
+unfreeze_at = "never"  # when frozen parts start training: never, a step (2000) or a share of max_iters (50%); a list
 n_layer = 2
 n_head = 4
-mixing_heads = "16"  # MixiT's head counts, a comma list ('': n_head): the paper gives MixiT many heads
+mixing_heads = "64"  # attn=mixing's head counts, a list ('': n_head): MixiT needs many (configs/heads_cpu.py)
 n_embd = 128
 block_size = 0  # 0: the task's sequence length
 skip = math.sqrt(0.5)  # MixiT residual scaling s (the reference LM trainer uses 0.5)
 cminus = -1.0  # MixiT shaped activation slope 1 + cminus/sqrt(d)
 init_std = 0.02  # the reference code's init of every trained linear weight
 qk_init = "paper"  # frozen_qk's frozen W_Q, W_K: paper N(0, 1/n_embd) | reference N(0, init_std^2)
-base_width = 512.0
+base_width = 0.0  # MixiT's multipliers sqrt(base_width / fan_in); 0: the reference's, 512 (1 for classifiers)
 base_ffn = 1.0
 # optimizer: AdamW, linear warmup then cosine decay to min_lr
 batch_size = 64  # sequences per micro-batch
@@ -78,13 +82,14 @@ compile = "auto"  # auto (on for CUDA), True, False
 DEFAULTS = defaults_of(globals())
 RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "float32", "bfloat16", "float16")),
          "compile": OneOf(("auto", True, False)), "qk_init": OneOf(QK_INITS), "beta1": unit_interval,
-         "beta2": unit_interval,
+         "parametrization": OneOf(PARAMETRIZATIONS), "beta2": unit_interval,
          **dict.fromkeys(("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "log_interval",
                           "eval_iters", "seeds", "n_layer", "n_head", "n_embd", "learning_rate", "init_std",
-                          "base_width", "base_ffn"), positive),
+                          "base_ffn"), positive),
          **dict.fromkeys(("block_size", "warmup_iters", "lr_decay_iters", "min_lr", "weight_decay", "grad_clip",
-                          "seed"), non_negative)}
+                          "seed", "base_width"), non_negative)}
 ARCH_KEYS = [k for k in MixiTConfig.__dataclass_fields__]
+PAPER_ATTNS = ATTNS[:3]  # attn=all: the paper's three variants
 
 
 # ----------------------------------------------------------------------------- one training run
@@ -93,13 +98,35 @@ def model_config(config, task):
     block = config["block_size"] or task.block_size
     if block < task.block_size:
         raise ConfigError(f"block_size={block} is shorter than the {task.name} sequences ({task.block_size} tokens)")
+    base = config["base_width"] or (1.0 if task.n_classes else 512.0)  # the reference's classifier never sets it
     mc = MixiTConfig(vocab_size=task.vocab_size, block_size=block, causal=task.causal, n_classes=task.n_classes,
-                     pad_id=task.pad_id, **{k: config[k] for k in ARCH_KEYS if k in config and k != "block_size"})
+                     pad_id=task.pad_id, base_width=base,
+                     **{k: config[k] for k in ARCH_KEYS if k in config and k not in ("block_size", "base_width")})
     try:
         mc.validate()
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return mc
+
+
+def describe_model(m):
+    """What tells variants apart: shape, heads, each layer's attention, the parametrization, frozen W_Q, W_K's init."""
+    parts = [f"{m.n_layer} layers x {m.n_embd}, {m.n_head} heads"]
+    if m.attn not in ATTNS:
+        parts.append("layers " + " ".join(m.layer_attn))
+    parts.append(f"MixiT parametrization (multipliers base {m.base_width:g}, skip {m.skip:.3g}, c- {m.cminus:g})"
+                 if m.mixit_param else "standard parametrization")
+    if "frozen_qk" in m.layer_attn:
+        parts.append("frozen W_Q, W_K ~ " + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
+    return ", ".join(parts)
+
+
+def unfreeze_step(config):
+    """The step at which the frozen parts start training, or None for never."""
+    when = config["unfreeze_at"]
+    if when == "never":
+        return None
+    return round(float(when[:-1]) / 100 * config["max_iters"]) if when.endswith("%") else int(when)
 
 
 def get_lr(it, config):
@@ -126,14 +153,21 @@ def step_shares(accum, batch_size, env):
                       f"batch_size={batch_size}; make one of them a multiple of {env.world_size}")
 
 
+def speed(tokens, seconds, flops_per_token, peak, world_size):
+    """Tokens per second over all processes, and the MFU of one device: each process does 1/world_size of the work."""
+    tok_s = tokens / seconds
+    return tok_s, (flops_per_token * tok_s / world_size / peak if peak else None)
+
+
 @torch.no_grad()
 def evaluate(model, task, split, batch_size, env):
-    """Loss, accuracy per answer and per answer position, and whole-answer exact match over a fixed split,
-    shared out over the processes."""
+    """Loss, accuracy per answer, per answer position and by the number of answers in a row, and whole-answer exact
+    match over a fixed split, shared out over the processes."""
     model.eval()
     n = task.block_size
     sums = torch.zeros(5, dtype=torch.float64, device=env.device)  # loss, answers, right, answered rows, exact rows
     by_position = torch.zeros(2, n, dtype=torch.float64, device=env.device)  # right, answers at answer k
+    by_count = torch.zeros(2, n + 1, dtype=torch.float64, device=env.device)  # right, answers in rows of k answers
     for x, y in task.eval_batches(split, batch_size, env.rank, env.world_size):
         x, y = env.to_device(x, y)
         with env.autocast():
@@ -149,11 +183,16 @@ def evaluate(model, task, split, batch_size, env):
         k = scored.cumsum(-1)[scored] - 1  # each answer's place among its row's answers
         by_position.index_put_((torch.zeros_like(k), k), right[scored].double(), accumulate=True)
         by_position.index_put_((torch.ones_like(k), k), torch.ones_like(k, dtype=torch.float64), accumulate=True)
+        count = scored.sum(-1)
+        by_count.index_put_((torch.zeros_like(count), count), right.sum(-1).double(), accumulate=True)
+        by_count.index_put_((torch.ones_like(count), count), count.double(), accumulate=True)
     loss, answers, right, rows, exact = env.all_reduce(sums).tolist()
     hits, counts = env.all_reduce(by_position).tolist()
+    count_hits, count_answers = env.all_reduce(by_count).tolist()
     model.train()
     return {"loss": loss / max(answers, 1), "acc": right / max(answers, 1), "exact": exact / max(rows, 1),
-            "acc_pos": [h / c for h, c in zip(hits, counts) if c]}
+            "acc_pos": [h / c for h, c in zip(hits, counts) if c],
+            "acc_n": [h / c for h, c in zip(count_hits, count_answers) if c]}
 
 
 def eval_metrics(model, task, config, env):
@@ -167,22 +206,24 @@ def eval_metrics(model, task, config, env):
         metrics["val_ppl"] = math.exp(min(val["loss"], 50.0))
     elif 1 < len(val["acc_pos"]) <= 32:  # several answers a sequence: how each answer position is learned
         metrics["val_acc_pos"] = val["acc_pos"]
+    if isinstance(task, MQAR):  # recall as the context fills: accuracy by the number of key-value pairs
+        metrics["val_acc_n"] = val["acc_n"]
     if isinstance(task, Memorize):  # capacity: the label bits the model holds, rows x (log2 N - loss in bits)
         bits = len(task.split_rows("train")) * max(0.0, math.log2(task.vocab_size // 2) - val["loss"] / math.log(2))
         metrics["bits_per_param"] = bits / model.get_num_params(non_embedding=False, trainable=True)
-    if isinstance(task, Induction):  # the best head's prefix-matching score: has an induction head formed?
-        metrics["induction_score"] = induction_scores(model, seed=TEST_SEED, device=env.device).max().item()
-    if isinstance(task, Retrieval):  # the best head's weight from the query to the value after its key
-        metrics["induction_score"] = retrieval_scores(model, task).max().item()
+    if isinstance(task, (Induction, Retrieval, MQAR)):  # has an induction head formed, and in which layer?
+        scores = induction_scores(model, seed=TEST_SEED, device=env.device) if isinstance(task, Induction) else \
+            recall_scores(model, task)  # (L, H): the best head's weight on the token after the earlier match
+        metrics["induction_score"] = scores.max().item()
+        metrics["induction_layers"] = scores.max(1).values.tolist()
     return metrics
 
 
-def resume(path, mconf, config, model, optimizer, env):
-    """Model, optimizer and RNG state from a checkpoint of this very model and task; changed training options
-    are printed, anything else is refused in one line."""
-    ckpt = load_checkpoint(path, env.device)
+def resume(ckpt, path, mconf, config, env):
+    """The training state of a checkpoint of this very model and task; changed training options are printed,
+    anything else is refused in one line."""
     diffs = [f"{k}={ckpt['model_args'].get(k)!r} (this run: {getattr(mconf, k)!r})" for k in ARCH_KEYS
-             if ckpt["model_args"].get(k) != getattr(mconf, k)]
+             if ckpt["model_args"].get(k, getattr(MixiTConfig, k)) != getattr(mconf, k)]
     if ckpt["config"].get("task") != config["task"]:
         diffs.insert(0, f"task={ckpt['config'].get('task')!r} (this run: {config['task']!r})")
     if diffs:
@@ -191,16 +232,50 @@ def resume(path, mconf, config, model, optimizer, env):
                if k in config and v != config[k] and k != "init_from"]
     if changed:
         env.print(f"resuming with changed training options: {', '.join(changed)}")
+    return {k: type(v)(ckpt.get(k, v)) for k, v in FRESH.items()}
+
+
+def restore(ckpt, path, model, optimizer, env):
+    """Model, optimizer and RNG state from a checkpoint whose model is this one."""
     try:
+        check_fingerprint(model, ckpt, path)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         torch.set_rng_state(ckpt["rng"]["torch"].cpu())
         if "cuda" in ckpt["rng"] and env.device_type == "cuda":
             torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["rng"]["cuda"]])
-        return {"iter_num": int(ckpt["iter_num"]), "loss_sum": float(ckpt.get("loss_sum", 0.0)),
-                "loss_steps": int(ckpt.get("loss_steps", 0))}
     except (KeyError, RuntimeError, ValueError, TypeError) as e:
         raise ConfigError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+
+
+FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0, "flops": 0.0, "train_time": 0.0}  # a run's state at step 0
+
+
+def unfreeze(model, optimizer, weight_decay):
+    """Every frozen parameter starts training: it joins the optimizer with fresh state and its kind's weight decay.
+    Returns how many parameters did."""
+    params = [p for p in model.parameters() if not p.requires_grad]
+    for p in params:
+        p.requires_grad_(True)
+    for group in param_groups(params, weight_decay):
+        if group["params"]:
+            optimizer.add_param_group(group)
+    return sum(p.numel() for p in params)
+
+
+def wrap(model, config, env):
+    """The model that trains: compiled (afresh: each run of a multi-run job compiles, whatever dynamo's recompile
+    limit) and, under torchrun, in DDP, which syncs no buffers: the fixed ones are identical by construction."""
+    train_model = model
+    if config["compile"] is True or (config["compile"] == "auto" and env.device_type == "cuda"):
+        torch._dynamo.reset()
+        train_model = torch.compile(model, dynamic=False)
+    if env.ddp:
+        no_sync = "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP).parameters else \
+            "broadcast_buffers"  # torch < 2.13's name, which also skips the buffers' broadcast at construction
+        train_model = DDP(train_model, device_ids=[env.local_rank] if env.device_type == "cuda" else None,
+                          **{no_sync: False})
+    return train_model
 
 
 def train_step(train_model, task, optimizer, scaler, params, config, env, iter_num, shares):
@@ -243,55 +318,76 @@ def check_finite(first_bad, env, ckpt_path):
         raise TrainingError(f"non-finite loss or gradient norm at iter {step}; stopped, {kept}")
 
 
-def train_run(config, task, env, stop):
-    """Train one (task, attn, freeze, seed) run into config['out_dir']; return its eval history."""
-    out = config["out_dir"]
-    ckpt_path, metrics_path = os.path.join(out, "ckpt.pt"), os.path.join(out, "metrics.jsonl")
+def build(config, task, env):
+    """The model (uncompiled: evaluated and saved) and its optimizer. The fixed random parts are checked once to be
+    the same on every process; what unfreezes later waits frozen, learned mixing matrices included."""
     mconf = model_config(config, task)
-    model = MixiT(mconf).to(env.device)  # the uncompiled model: evaluated and saved
-    fixed = [b for name, b in model.named_buffers() if name.endswith(".mixing")]
-    env.check_same(fixed + [p for p in model.parameters() if not p.requires_grad],
-                   "the fixed random parts (mixing matrices, frozen weights)")
+    model = MixiT(mconf, env.device, env.dtype)
+    if unfreeze_step(config):
+        for name, p in model.named_parameters():
+            p.requires_grad_(p.requires_grad and not name.endswith(".mixing"))
+    frozen = [hashlib.sha256(p.detach().cpu().numpy().tobytes()).hexdigest() for p in model.parameters()
+              if not p.requires_grad]
+    env.check_same([fingerprint(model), frozen], "the fixed random parts (mixing matrices, frozen weights)")
     optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"],
                                            (config["beta1"], config["beta2"]), env.device_type)
-    state, history = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0}, []
+    return mconf, model, optimizer
+
+
+def train_run(config, task, env, stop):
+    """Train one (task, attn, freeze, unfreeze, seed) run into config['out_dir']; return its eval history."""
+    out = config["out_dir"]
+    ckpt_path, metrics_path = os.path.join(out, "ckpt.pt"), os.path.join(out, "metrics.jsonl")
+    mconf, model, optimizer = build(config, task, env)
+    state, history, switch = dict(FRESH), [], unfreeze_step(config)
     if config["init_from"] == "resume" and (os.path.isfile(ckpt_path) or not config.get("fresh_if_missing")):
-        state = resume(ckpt_path, mconf, config, model, optimizer, env)
+        ckpt = load_checkpoint(ckpt_path, env.device)
+        state = resume(ckpt, ckpt_path, mconf, config, env)
+        if switch is not None and state["iter_num"] > switch:  # its optimizer holds the unfrozen parts
+            unfreeze(model, optimizer, config["weight_decay"])
+        restore(ckpt, ckpt_path, model, optimizer, env)
         history = read_history(metrics_path, state["iter_num"])
         env.print(f"resumed {ckpt_path} at iter {state['iter_num']}")
     if env.master:
         os.makedirs(out, exist_ok=True)
         # drop the evals made after the checkpoint
         write_atomic(metrics_path, lambda f: f.write("".join(json.dumps(m) + "\n" for m in history).encode()))
-    env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] {model.get_num_params() / 1e6:.2f}M "
-              f"non-embedding parameters, {model.get_num_params(trainable=True) / 1e6:.2f}M trainable; out_dir {out}")
-    compiled = config["compile"] is True or (config["compile"] == "auto" and env.device_type == "cuda")
-    train_model = torch.compile(model, dynamic=False) if compiled else model
-    if env.ddp:
-        train_model = DDP(train_model, device_ids=[env.local_rank] if env.device_type == "cuda" else None)
+    env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] {describe_model(mconf)}; "
+              f"{model.get_num_params() / 1e6:.2f}M non-embedding parameters, "
+              f"{model.get_num_params(trainable=True) / 1e6:.2f}M trainable; out_dir {out}")
+    train_model = wrap(model, config, env)
     scaler = torch.amp.GradScaler(env.device_type, enabled=env.dtype == torch.float16)
     params = [p for p in model.parameters() if p.requires_grad]
     shares = step_shares(config["gradient_accumulation_steps"], config["batch_size"], env)
     iter_num, max_iters = state["iter_num"], config["max_iters"]
     tokens_per_iter = config["batch_size"] * mconf.block_size * config["gradient_accumulation_steps"]
-    peak = peak_flops(env.device, env.dtype)
+    peak, flops_per_token = peak_flops(env.device, env.dtype), model.flops_per_token()
     loss_sum, loss_steps = torch.tensor(state["loss_sum"], device=env.device), state["loss_steps"]
+    flops, train_time = state["flops"], state["train_time"]  # so far: training FLOPs, and seconds spent training
     step_t = torch.tensor(iter_num, device=env.device)  # the step counter on the device: no sync to track it
     first_bad = torch.tensor(-1, device=env.device)  # the first step with a non-finite loss or gradient norm
     snapshot = lambda: {"iter_num": iter_num, "loss_sum": env.all_reduce(loss_sum.clone()).item() / env.world_size,
-                        "loss_steps": loss_steps}
-    t_start = t_log = time.time()
+                        "loss_steps": loss_steps, "flops": flops, "train_time": train_time}
+    t_log = t_mark = time.time()
     log_iters = 0
     while iter_num < max_iters:
         signum = env.agree_max(stop.signum)
         if signum:
             check_finite(first_bad, env, ckpt_path)
+            train_time += time.time() - t_mark
             state = snapshot()  # a collective: every process takes part
             if env.master:
                 save_checkpoint(ckpt_path, model, optimizer, mconf, config, state)
             env.print(f"stopped by {signal.Signals(signum).name} at iter {iter_num}: wrote {ckpt_path}; "
                       f"continue with --init_from=resume")
             raise Interrupted(signum)
+        if iter_num == switch:
+            count, before = unfreeze(model, optimizer, config["weight_decay"]), flops_per_token
+            if count:
+                params, flops_per_token = [p for p in model.parameters() if p.requires_grad], model.flops_per_token()
+                train_model = wrap(model, config, env)  # DDP hooks the parameters that train at its construction
+                env.print(f"iter {iter_num}: unfroze {count:,} parameters; training FLOPs per token "
+                          f"{before / 1e6:.3f}M -> {flops_per_token / 1e6:.3f}M")
         lr = get_lr(iter_num, config)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -302,24 +398,27 @@ def train_run(config, task, env, stop):
         step_t += 1
         first_bad = torch.where((first_bad < 0) & ~(loss.isfinite() & norm.isfinite()), step_t, first_bad)
         loss_sum += loss
+        flops += flops_per_token * tokens_per_iter
         iter_num, loss_steps, log_iters = iter_num + 1, loss_steps + 1, log_iters + 1
 
         if iter_num % config["log_interval"] == 0 or iter_num == max_iters:
             check_finite(first_bad, env, ckpt_path)  # the one host sync of a logging step
             dt = (time.time() - t_log) / log_iters
-            mfu = model.flops_per_token() * tokens_per_iter / dt / peak if peak else None
+            tok_s, mfu = speed(tokens_per_iter, dt, flops_per_token, peak, env.world_size)
             env.print(f"iter {iter_num}/{max_iters}: loss {loss.item():.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms/iter, "
-                      f"{tokens_per_iter / dt:,.0f} tok/s, mfu {'n/a' if mfu is None else f'{mfu * 100:.1f}%'}, "
-                      f"eta {format_time((max_iters - iter_num) * dt)}")
+                      f"{tok_s:,.0f} tok/s" + (f" over {env.world_size} processes" if env.ddp else "")
+                      + f", mfu {'n/a' if mfu is None else f'{mfu * 100:.1f}%'}"
+                      + (" per process" if env.ddp else "") + f", eta {format_time((max_iters - iter_num) * dt)}")
             t_log, log_iters = time.time(), 0
 
         if iter_num % config["eval_interval"] == 0 or iter_num == max_iters:
             check_finite(first_bad, env, ckpt_path)  # never checkpoint a poisoned model
+            train_time += time.time() - t_mark  # the loss read above waited for the device: the steps are done
             train_loss = env.all_reduce(loss_sum.clone()).item() / loss_steps / env.world_size
             loss_sum.zero_()
             loss_steps = 0
             metrics = {"iter": iter_num, "train_loss": train_loss, **eval_metrics(model, task, config, env),
-                       "lr": lr, "tokens": iter_num * tokens_per_iter, "time": round(time.time() - t_start, 2)}
+                       "lr": lr, "tokens": iter_num * tokens_per_iter, "flops": flops, "time": round(train_time, 2)}
             history.append(metrics)
             state = snapshot()
             if env.master:
@@ -327,8 +426,9 @@ def train_run(config, task, env, stop):
                     f.write(json.dumps(metrics) + "\n")
                 save_checkpoint(ckpt_path, model, optimizer, mconf, config, state)
             env.print("eval " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                                          for k, v in metrics.items() if k not in ("lr", "tokens", "time", "val_acc_pos")))
-            t_log, log_iters = time.time(), 0
+                                          for k, v in metrics.items() if not isinstance(v, list) and k not in
+                                          ("lr", "tokens", "flops", "time")))
+            t_log, log_iters, t_mark = time.time(), 0, time.time()
     return history
 
 
@@ -348,15 +448,27 @@ def read_history(path, upto):
 
 def run_label(run):
     heads = f" h={run['n_head']}" if run["attn"] == "mixing" and run["mixing_heads"] else ""
-    return run["attn"] + heads + (f" freeze={run['freeze']}" if run["freeze"] else "")
+    return (run["attn"] + heads + (f" freeze={run['freeze']}" if run["freeze"] else "")
+            + (f" unfreeze@{run['unfreeze_at']}" if run["unfreeze_at"] != "never" else ""))
 
 
 def split_list(text, valid, name):
-    items = list(valid) if name == "attn" and text == "all" else [s.strip() for s in text.split(",")]
+    items = list(valid) if text == "all" else [s.strip() for s in text.split(",")]
     for item in items:
-        if item not in valid:
+        if item not in valid and not (name == "attn" and item and set(item) <= set(LETTERS)):
             shown = ", ".join(repr(v) if v == "" else v for v in valid)
-            raise ConfigError(f"unknown {name} {item!r}; valid: {shown}" + (", all" if name == "attn" else ""))
+            raise ConfigError(f"unknown {name} {item!r}; valid: {shown}" + (
+                ", all, or one letter per layer (s softmax, f frozen_qk, m mixing, l learned_mixing)"
+                if name == "attn" else ""))
+    return items
+
+
+def unfreeze_list(text):
+    items = [s.strip() for s in text.split(",")]
+    for item in items:
+        number = item[:-1] if item.endswith("%") else item
+        if not (item == "never" or number.isdigit() and (item == number or int(number) <= 100)):
+            raise ConfigError(f"unfreeze_at={text!r}: expected never, a step like 2000 or a share like 50% (0-100%)")
     return items
 
 
@@ -368,54 +480,74 @@ def head_counts(config):
     return [int(h) for h in heads]
 
 
+def starts_frozen(attn, freeze):
+    """Does a variant hold parts that can unfreeze: frozen W_Q, W_K, MLPs or blocks, or learned mixing matrices?"""
+    kinds = [attn] if attn in ATTNS else [LETTERS[c] for c in attn]
+    return bool(freeze) or "frozen_qk" in kinds or "learned_mixing" in kinds
+
+
 def plan_runs(config):
-    """Every (task, attn and heads, freeze, seed) combination, each with its own out_dir when there are several."""
+    """Every (task, attn and heads, freeze, unfreeze, seed) combination, each with its own out_dir when there are
+    several. A schedule without frozen parts would repeat the run that never unfreezes: it is left out."""
     tasks = [t.strip() for t in config["task"].split(",")]
-    attns, freezes = split_list(config["attn"], ATTNS, "attn"), split_list(config["freeze"], FREEZES, "freeze")
-    seeds = range(config["seed"], config["seed"] + config["seeds"])
-    runs = [dict(config, task=t, attn=a, n_head=h, freeze=f, seed=s, seeds=1) for t in tasks for a in attns
-            for h in (head_counts(config) if a == "mixing" else [config["n_head"]]) for f in freezes for s in seeds]
+    attns, freezes = split_list(config["attn"], PAPER_ATTNS if config["attn"] == "all" else ATTNS, "attn"), \
+        split_list(config["freeze"], FREEZES, "freeze")
+    seeds, schedules = range(config["seed"], config["seed"] + config["seeds"]), unfreeze_list(config["unfreeze_at"])
+    runs = [dict(config, task=t, attn=a, n_head=h, freeze=f, unfreeze_at=u, seed=s, seeds=1) for t in tasks
+            for a in attns for h in (head_counts(config) if a == "mixing" else [config["n_head"]]) for f in freezes
+            for u in schedules for s in seeds if u == "never" or starts_frozen(a, f)]
     for run in runs:
         if len(runs) > 1:
-            name = f"{run['task']}-" + run_label(run).replace(" h=", "-h").replace(" freeze=", "-freeze_")
+            name = f"{run['task']}-" + run_label(run).replace(" h=", "-h").replace(" freeze=", "-freeze_") \
+                .replace(" unfreeze@", "-unfreeze_").replace("%", "pct")
             run["out_dir"] = os.path.join(config["out_dir"], name + (f"-s{run['seed']}" if len(seeds) > 1 else ""))
             run["fresh_if_missing"] = True  # resuming a comparison starts the runs that never began
     return runs
 
 
 def summarize(runs, histories):
-    """Final metrics per (task, variant): mean and std over seeds."""
+    """Final metrics per (task, variant): mean and sample standard deviation (n - 1) over seeds."""
     groups = {}
     for run, history in zip(runs, histories):
-        groups.setdefault((run["task"], run_label(run)), []).append(history[-1])
+        groups.setdefault((run["task"], run_label(run)), []).append((run, history[-1]))
     table = []
-    for (task_name, label), finals in groups.items():
-        keys = [k for k in finals[0] if k not in ("iter", "lr", "tokens", "time", "val_acc_pos")]
-        stats = {k: (float(np.mean([f[k] for f in finals])), float(np.std([f[k] for f in finals]))) for k in keys}
-        table.append({"task": task_name, "variant": label, "seeds": len(finals), "iter": finals[0]["iter"], **stats})
+    for (task_name, label), members in groups.items():
+        finals = [f for _, f in members]
+        keys = [k for k in finals[0] if not isinstance(finals[0][k], list) and k not in ("iter", "lr", "tokens")]
+        stats = {k: (float(np.mean([f[k] for f in finals])), float(np.std([f[k] for f in finals], ddof=1))
+                     if len(finals) > 1 else 0.0) for k in keys}
+        table.append({"task": task_name, "variant": label, "model": members[0][0]["model"], "seeds": len(finals),
+                      "iter": finals[0]["iter"], **stats})
     return table
 
 
 def markdown_table(table):
     keys = list(dict.fromkeys(k for row in table for k in row if isinstance(row[k], tuple)))
-    cell = lambda v: "" if v is None else f"{v[0]:.4f}" + (f" ± {v[1]:.4f}" if v[1] else "")
-    lines = ["| task | variant | seeds | iters | " + " | ".join(keys) + " |", "|---" * (len(keys) + 4) + "|"]
+    cell = lambda v: "" if v is None else f"{v[0]:.4g}" + (f" ± {v[1]:.2g}" if v[1] else "")
+    lines = ["| task | variant | seeds | iters | " + " | ".join(keys) + " | model |", "|---" * (len(keys) + 5) + "|"]
     lines += [f"| {row['task']} | {row['variant']} | {row['seeds']} | {row['iter']} | "
-              + " | ".join(cell(row.get(k)) for k in keys) + " |" for row in table]
+              + " | ".join(cell(row.get(k)) for k in keys) + f" | {row['model']} |" for row in table]
     return "\n".join(lines)
 
 
 def report(runs, histories, out_dir, env, seconds):
-    text = markdown_table(summarize(runs, histories))
+    table = summarize(runs, histories)
+    text = markdown_table(table)
     env.print("\n" + text)
     if env.master:
         seeds = sorted({r["seed"] for r in runs})
         with open(os.path.join(out_dir, "results.md"), "w") as f:
-            f.write(f"# {', '.join(dict.fromkeys(r['task'] for r in runs))}\n\nFinal metrics"
-                    + (f", mean ± std over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else "")
+            spread = f", mean ± sample std (n - 1) over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
+            f.write(f"# {', '.join(dict.fromkeys(r['task'] for r in runs))}\n\nFinal metrics{spread}"
                     + f". {len(runs)} runs in {format_time(seconds)} on {env.describe()}.\n\n{text}\n")
+        finals = [{"task": r["task"], "variant": run_label(r), "attn": r["attn"], "freeze": r["freeze"],
+                   "seed": r["seed"], "model": r["model"],
+                   "samples": h[-1]["iter"] * r["batch_size"] * r["gradient_accumulation_steps"], **h[-1]}
+                  for r, h in zip(runs, histories)]
+        write_atomic(os.path.join(out_dir, "runs.json"), lambda f: f.write(json.dumps(finals, indent=1).encode()))
         plot_comparison(runs, histories, run_label, os.path.join(out_dir, "compare.png"))
-        env.print(f"wrote {os.path.join(out_dir, 'results.md')} and {os.path.join(out_dir, 'compare.png')}")
+        plot_cost(finals, os.path.join(out_dir, "cost.png"))
+        env.print(f"wrote {', '.join(os.path.join(out_dir, f) for f in ('results.md', 'compare.png', 'cost.png'))}")
 
 
 def build_tasks(runs):
@@ -428,7 +560,7 @@ def build_tasks(runs):
                                                run["eval_split"])
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-        model_config(run, tasks[run["task"]])
+        run["model"] = describe_model(model_config(run, tasks[run["task"]]))
     ckpts = [os.path.join(run["out_dir"], "ckpt.pt") for run in runs]
     if runs[0]["init_from"] == "resume" and not any(map(os.path.isfile, ckpts)):
         raise ConfigError(f"--init_from=resume: no checkpoint at {ckpts[0] if len(ckpts) == 1 else ' or '.join(ckpts[:2])}"
