@@ -1,8 +1,12 @@
-# The paper's language-modeling setup (the MixiT README command): WikiText-103, 12 layers,
-# width 512, 8 heads, context 256, AdamW lr 5e-4 with weight decay 0.01, 40,000 steps with 1,600 warmup
-# (4%), 512 sequences per step, evaluated on the whole test split (the reference's eval split).
-# Differences: GPT-2 BPE (the reference: a Llama tokenizer), packed windows instead of one padded line per
-# sequence, and cosine decay to 0 instead of linear. Compare variants at the same settings.
+# The paper's language-modeling setup, as the reference's LM trainer (trainer.py) and its README command ran it:
+#   WikiText-103, 12 layers, width 512, 8 heads for every variant, MixiT included (the command's one --n_head),
+#   context 256, 512 sequences a step, AdamW lr 5e-4, weight decay 0.01, 40,000 steps (the README: 40k-80k),
+#   warmup max(4 %, 500) = 1,600, fp32 weights, evaluated on the whole test split (the reference's eval split);
+#   MixiT's parametrization: skip_scaling 0.5 and c- = -1 (trainer.py's defaults), multipliers base 512.
+# Where mixit departs: GPT-2 BPE (the reference: Llama-3's 128k tokenizer, so losses are not comparable),
+# packed windows instead of one padded line per sequence, cosine decay instead of linear, bf16 autocast on a GPU.
+# Model: 12 layers, width 512, 8 heads (MixiT 8 heads), context 256, multipliers base 512.
+# Training: 40,000 steps of 512 sequences, lr 5e-4.
 #   python prepare.py wikitext103                       # download; offline: --src=DIR with wiki.{train,valid,test}.raw
 #   python train.py configs/lm_paper.py --attn=mixing --out_dir=out/lm_paper     # one GPU: 8 micro-batches a step
 #   torchrun --standalone --nproc_per_node=8 train.py configs/lm_paper.py --attn=all --out_dir=out/lm_paper
@@ -13,8 +17,11 @@ eval_split = "test"
 n_layer = 12
 n_embd = 512
 n_head = 8
+mixing_heads = "8"
 block_size = 256
-skip = 0.5  # the reference LM trainer's skip_scaling (MixiT residual s = 0.5, r = sqrt(0.75))
+base_width = 512.0
+skip = 0.5
+cminus = -1.0
 batch_size = 64
 gradient_accumulation_steps = 8
 max_iters = 40000

@@ -1,0 +1,22 @@
+# Beyond the paper: when must attention and the MLPs learn? Frozen-QK's W_Q, W_K, alone or with every MLP also frozen
+# at init, start training at 0, 25, 50 or 75 % of the run, or never, on in-context recall (retrieval_4), decimal
+# addition (addition_3) and memorization (memorize_32). A late start saves their weight gradients until then:
+# accuracy against training FLOPs and time (compare.png, cost.png, runs.json) answers whether it pays.
+# Model: 2 layers, width 64, 4 heads.
+# Training: 600 steps of 64 sequences, lr 1e-3.
+#   python train.py configs/when_cpu.py --seeds=3
+task = "retrieval_4,addition_3,memorize_32"
+out_dir = "out/when_cpu"
+attn = "frozen_qk"
+freeze = ",mlp"
+unfreeze_at = "0%,25%,50%,75%,never"
+n_layer = 2
+n_embd = 64
+n_head = 4
+batch_size = 64
+max_iters = 600
+eval_interval = 150
+log_interval = 150
+learning_rate = 1e-3
+warmup_iters = 50
+device = "cpu"
