@@ -1,12 +1,13 @@
 """
 What every mixit script shares and the model does not need: the configurator, the device, dtype and
-process set-up, the peak FLOP/s of the hardware, checkpoint loading and plot set-up.
+process set-up, the peak FLOP/s of the hardware, checkpoints, and the reports and plots of a comparison.
 """
 import ast
 import datetime
 import functools
 import gc
 import hashlib
+import json
 import os
 import signal
 import sys
@@ -409,6 +410,60 @@ def save_checkpoint(path, model, optimizer, mconf, config, state):
     if torch.cuda.is_available():
         ckpt["rng"]["cuda"] = torch.cuda.get_rng_state_all()
     write_atomic(path, lambda f: torch.save(ckpt, f))
+
+
+# ----------------------------------------------------------------------------- reports of a comparison
+
+
+def format_time(seconds):
+    m, s = divmod(int(seconds), 60)
+    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
+
+
+def summarize(runs, histories, label):
+    """Final metrics per (task, variant label): mean and sample standard deviation (n - 1) over seeds."""
+    groups = {}
+    for run, history in zip(runs, histories):
+        groups.setdefault((run["task"], label(run)), []).append((run, history[-1]))
+    table = []
+    for (task_name, variant), members in groups.items():
+        finals = [f for _, f in members]
+        keys = [k for k in finals[0] if not isinstance(finals[0][k], list) and k not in ("iter", "lr", "tokens")]
+        stats = {k: (float(np.mean([f[k] for f in finals])), float(np.std([f[k] for f in finals], ddof=1))
+                     if len(finals) > 1 else 0.0) for k in keys}
+        table.append({"task": task_name, "variant": variant, "model": members[0][0]["model"], "seeds": len(finals),
+                      "iter": finals[0]["iter"], **stats})
+    return table
+
+
+def markdown_table(table):
+    keys = list(dict.fromkeys(k for row in table for k in row if isinstance(row[k], tuple)))
+    cell = lambda v: "" if v is None else f"{v[0]:.4g}" + (f" ± {v[1]:.2g}" if v[1] else "")
+    lines = ["| task | variant | seeds | iters | " + " | ".join(keys) + " | model |", "|---" * (len(keys) + 5) + "|"]
+    lines += [f"| {row['task']} | {row['variant']} | {row['seeds']} | {row['iter']} | "
+              + " | ".join(cell(row.get(k)) for k in keys) + f" | {row['model']} |" for row in table]
+    return "\n".join(lines)
+
+
+def write_report(runs, histories, label, out_dir, env, seconds):
+    """Print the comparison's table; write results.md (the table), runs.json (every run's final metrics and cost),
+    compare.png and cost.png into out_dir."""
+    text = markdown_table(summarize(runs, histories, label))
+    env.print("\n" + text)
+    if not env.master:
+        return
+    seeds = sorted({r["seed"] for r in runs})
+    spread = f", mean ± sample std (n - 1) over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
+    header = f"# {', '.join(dict.fromkeys(r['task'] for r in runs))}\n\nFinal metrics{spread}. {len(runs)} runs in " \
+             f"{format_time(seconds)} on {env.describe()}.\n\n"
+    write_atomic(os.path.join(out_dir, "results.md"), lambda f: f.write((header + text + "\n").encode()))
+    finals = [{"task": r["task"], "variant": label(r), "attn": r["attn"], "freeze": r["freeze"], "seed": r["seed"],
+               "model": r["model"], "samples": h[-1]["iter"] * r["batch_size"] * r["gradient_accumulation_steps"],
+               **h[-1]} for r, h in zip(runs, histories)]
+    write_atomic(os.path.join(out_dir, "runs.json"), lambda f: f.write(json.dumps(finals, indent=1).encode()))
+    plot_comparison(runs, histories, label, os.path.join(out_dir, "compare.png"))
+    plot_cost(finals, os.path.join(out_dir, "cost.png"))
+    env.print(f"wrote {', '.join(os.path.join(out_dir, f) for f in ('results.md', 'compare.png', 'cost.png'))}")
 
 
 # ----------------------------------------------------------------------------- plots

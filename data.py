@@ -1,6 +1,6 @@
 """
-Data for mixit: the algorithmic tasks, the readers of corpora prepared by prepare.py, and the
-induction-head probe.
+Data for mixit: the algorithmic tasks, the readers of corpora prepared by prepare.py, the induction-head
+probes, and the evaluation of a model on a task (the metrics train.py logs).
 
 make_task(name) builds a task by its command-line name:
   addition_N   two N-digit numbers, digits reversed, and their sum      (arithmetic)
@@ -16,6 +16,7 @@ A bare algorithmic name takes the default N. Every task gives batches (x, y) of 
 y = -1 at the positions that are not scored, and a fixed evaluation split that no training batch repeats.
 """
 import json
+import math
 import os
 from abc import ABC, abstractmethod
 
@@ -620,3 +621,63 @@ def recall_scores(model, task, n_seqs=256):
     maps = maps.permute(1, 3, 4, 0, 2)  # (n, T, T, L, H)
     rows, t, source = (torch.from_numpy(a).to(maps.device) for a in (rows, t, found.argmax(1) + 1))  # after the key
     return maps[rows, t, source].mean(0).cpu()  # (L, H)
+
+# ============================================================================ evaluation
+
+
+@torch.no_grad()
+def evaluate(model, task, split, batch_size, env):
+    """Loss, accuracy per answer, per answer position and by the number of answers in a row, and whole-answer exact
+    match over a fixed split, shared out over the processes (env: their device, autocast and all_reduce)."""
+    model.eval()
+    n = task.block_size + 1
+    sums = torch.zeros(5, dtype=torch.float64, device=env.device)  # loss, answers, right, answered rows, exact rows
+    by_position = torch.zeros(2, n, dtype=torch.float64, device=env.device)  # right, answers: a row's k-th answer
+    by_count = torch.zeros(2, n, dtype=torch.float64, device=env.device)  # right, answers: in rows of k answers
+    for x, y in task.eval_batches(split, batch_size, env.rank, env.world_size):
+        x, y = env.to_device(x, y)
+        with env.autocast():
+            logits, _ = model(x)
+        if y.dim() == 1:  # a classifier: one answer per row
+            logits, y = logits.unsqueeze(1), y.unsqueeze(1)
+        scored = y >= 0
+        right = (logits.argmax(-1) == y) & scored
+        answered, count = scored.any(-1), scored.sum(-1)
+        loss = F.cross_entropy(logits[scored].float(), y[scored], reduction="sum")
+        sums += torch.stack([loss.double(), count.sum().double(), right.sum().double(), answered.sum().double(),
+                             ((right == scored).all(-1) & answered).sum().double()])
+        k = scored.cumsum(-1)[scored] - 1  # each answer's place among its row's answers
+        by_position.index_add_(1, k, torch.stack([right[scored], scored[scored]]).double())
+        by_count.index_add_(1, count, torch.stack([right.sum(-1), count]).double())
+    loss, answers, right, rows, exact = env.all_reduce(sums).tolist()
+    (hits, counts), (count_hits, count_answers) = env.all_reduce(by_position).tolist(), env.all_reduce(by_count).tolist()
+    model.train()
+    share = lambda a, b: [x / y for x, y in zip(a, b) if y]
+    return {"loss": loss / max(answers, 1), "acc": right / max(answers, 1), "exact": exact / max(rows, 1),
+            "acc_pos": share(hits, counts), "acc_n": share(count_hits, count_answers)}
+
+
+def eval_metrics(model, task, batch_size, env):
+    """The metrics logged at every evaluation: loss and accuracy on the task's split, and what the task also measures
+    (exact match, perplexity, accuracy per answer and by number of pairs, bits per parameter, induction scores)."""
+    val = evaluate(model, task, task.val_split, batch_size, env)
+    metrics = {"val_loss": val["loss"], "val_acc": val["acc"]}
+    if task.exact_match:
+        metrics["val_exact"] = val["exact"]
+    if task.train_eval:
+        metrics["train_acc"] = evaluate(model, task, "train", batch_size, env)["acc"]
+    if task.perplexity:
+        metrics["val_ppl"] = math.exp(min(val["loss"], 50.0))
+    elif 1 < len(val["acc_pos"]) <= 32:  # several answers a sequence: how each answer position is learned
+        metrics["val_acc_pos"] = val["acc_pos"]
+    if isinstance(task, MQAR):  # recall as the context fills: accuracy by the number of key-value pairs
+        metrics["val_acc_n"] = val["acc_n"]
+    if isinstance(task, Memorize):  # capacity: the label bits the model holds, rows x (log2 N - loss in bits)
+        bits = len(task.split_rows("train")) * max(0.0, math.log2(task.vocab_size // 2) - val["loss"] / math.log(2))
+        metrics["bits_per_param"] = bits / model.get_num_params(non_embedding=False, trainable=True)
+    if isinstance(task, (Induction, Retrieval, MQAR)):  # has an induction head formed, and in which layer?
+        scores = induction_scores(model, seed=TEST_SEED, device=env.device) if isinstance(task, Induction) else \
+            recall_scores(model, task)  # (L, H): the best head's weight on the token after the earlier match
+        metrics["induction_score"] = scores.max().item()
+        metrics["induction_layers"] = scores.max(1).values.tolist()
+    return metrics

@@ -280,7 +280,7 @@ def show_propagation(config):
     print("layer " + "".join(f"{l:>16}" for l in layers) + "   (token covariance; similarity)")
     for name, color in zip(NETWORKS, (COLORS["mixing"], "tab:gray", COLORS["softmax"])):
         values = np.stack([r[name] for r in runs])  # (seeds, depth+1, 2)
-        mean, std = values.mean(0), values.std(0)
+        mean, std = values.mean(0), values.std(0, ddof=1)  # sample std (n - 1)
         print(f"{name}: " + "; ".join(f"{mean[l, 0]:.4f} {mean[l, 1]:.3f}" for l in layers))
         for k, ax in enumerate(axes):
             ax.plot(range(depth + 1), mean[:, k], color=color, label=name)

@@ -19,15 +19,13 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import torch
-from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, check_fingerprint, cli, configure,
-                    defaults_of, fingerprint, load_checkpoint, non_negative, peak_flops, plot_comparison, plot_cost,
-                    positive, save_checkpoint, setup, teardown, unit_interval, write_atomic)
-from data import MQAR, TEST_SEED, Induction, Memorize, Retrieval, induction_scores, make_task, recall_scores
+                    defaults_of, fingerprint, format_time, load_checkpoint, non_negative, peak_flops, positive,
+                    save_checkpoint, setup, teardown, unit_interval, write_atomic, write_report)
+from data import eval_metrics, make_task
 from mixit import ATTNS, FREEZES, LETTERS, PARAMETRIZATIONS, QK_INITS, MixiT, MixiTConfig, param_groups
 
 # -----------------------------------------------------------------------------
@@ -159,66 +157,6 @@ def speed(tokens, seconds, flops_per_token, peak, world_size):
     return tok_s, (flops_per_token * tok_s / world_size / peak if peak else None)
 
 
-@torch.no_grad()
-def evaluate(model, task, split, batch_size, env):
-    """Loss, accuracy per answer, per answer position and by the number of answers in a row, and whole-answer exact
-    match over a fixed split, shared out over the processes."""
-    model.eval()
-    n = task.block_size
-    sums = torch.zeros(5, dtype=torch.float64, device=env.device)  # loss, answers, right, answered rows, exact rows
-    by_position = torch.zeros(2, n, dtype=torch.float64, device=env.device)  # right, answers at answer k
-    by_count = torch.zeros(2, n + 1, dtype=torch.float64, device=env.device)  # right, answers in rows of k answers
-    for x, y in task.eval_batches(split, batch_size, env.rank, env.world_size):
-        x, y = env.to_device(x, y)
-        with env.autocast():
-            logits, _ = model(x)
-        if y.dim() == 1:  # a classifier: one answer per row
-            logits, y = logits.unsqueeze(1), y.unsqueeze(1)
-        scored = y >= 0
-        right = (logits.argmax(-1) == y) & scored
-        answered = scored.any(-1)
-        loss = F.cross_entropy(logits[scored].float(), y[scored], reduction="sum")
-        sums += torch.stack([loss.double(), scored.sum().double(), right.sum().double(), answered.sum().double(),
-                             ((right == scored).all(-1) & answered).sum().double()])
-        k = scored.cumsum(-1)[scored] - 1  # each answer's place among its row's answers
-        by_position.index_put_((torch.zeros_like(k), k), right[scored].double(), accumulate=True)
-        by_position.index_put_((torch.ones_like(k), k), torch.ones_like(k, dtype=torch.float64), accumulate=True)
-        count = scored.sum(-1)
-        by_count.index_put_((torch.zeros_like(count), count), right.sum(-1).double(), accumulate=True)
-        by_count.index_put_((torch.ones_like(count), count), count.double(), accumulate=True)
-    loss, answers, right, rows, exact = env.all_reduce(sums).tolist()
-    hits, counts = env.all_reduce(by_position).tolist()
-    count_hits, count_answers = env.all_reduce(by_count).tolist()
-    model.train()
-    return {"loss": loss / max(answers, 1), "acc": right / max(answers, 1), "exact": exact / max(rows, 1),
-            "acc_pos": [h / c for h, c in zip(hits, counts) if c],
-            "acc_n": [h / c for h, c in zip(count_hits, count_answers) if c]}
-
-
-def eval_metrics(model, task, config, env):
-    val = evaluate(model, task, task.val_split, config["batch_size"], env)
-    metrics = {"val_loss": val["loss"], "val_acc": val["acc"]}
-    if task.exact_match:
-        metrics["val_exact"] = val["exact"]
-    if task.train_eval:
-        metrics["train_acc"] = evaluate(model, task, "train", config["batch_size"], env)["acc"]
-    if task.perplexity:
-        metrics["val_ppl"] = math.exp(min(val["loss"], 50.0))
-    elif 1 < len(val["acc_pos"]) <= 32:  # several answers a sequence: how each answer position is learned
-        metrics["val_acc_pos"] = val["acc_pos"]
-    if isinstance(task, MQAR):  # recall as the context fills: accuracy by the number of key-value pairs
-        metrics["val_acc_n"] = val["acc_n"]
-    if isinstance(task, Memorize):  # capacity: the label bits the model holds, rows x (log2 N - loss in bits)
-        bits = len(task.split_rows("train")) * max(0.0, math.log2(task.vocab_size // 2) - val["loss"] / math.log(2))
-        metrics["bits_per_param"] = bits / model.get_num_params(non_embedding=False, trainable=True)
-    if isinstance(task, (Induction, Retrieval, MQAR)):  # has an induction head formed, and in which layer?
-        scores = induction_scores(model, seed=TEST_SEED, device=env.device) if isinstance(task, Induction) else \
-            recall_scores(model, task)  # (L, H): the best head's weight on the token after the earlier match
-        metrics["induction_score"] = scores.max().item()
-        metrics["induction_layers"] = scores.max(1).values.tolist()
-    return metrics
-
-
 def resume(ckpt, path, mconf, config, env):
     """The training state of a checkpoint of this very model and task; changed training options are printed,
     anything else is refused in one line."""
@@ -334,10 +272,9 @@ def build(config, task, env):
     return mconf, model, optimizer
 
 
-def train_run(config, task, env, stop):
-    """Train one (task, attn, freeze, unfreeze, seed) run into config['out_dir']; return its eval history."""
-    out = config["out_dir"]
-    ckpt_path, metrics_path = os.path.join(out, "ckpt.pt"), os.path.join(out, "metrics.jsonl")
+def begin(config, task, env, ckpt_path, metrics_path):
+    """A run's model, optimizer, state and eval history: fresh, or resumed from its checkpoint (metrics.jsonl then
+    loses the evals made after it)."""
     mconf, model, optimizer = build(config, task, env)
     state, history, switch = dict(FRESH), [], unfreeze_step(config)
     if config["init_from"] == "resume" and (os.path.isfile(ckpt_path) or not config.get("fresh_if_missing")):
@@ -349,13 +286,19 @@ def train_run(config, task, env, stop):
         history = read_history(metrics_path, state["iter_num"])
         env.print(f"resumed {ckpt_path} at iter {state['iter_num']}")
     if env.master:
-        os.makedirs(out, exist_ok=True)
-        # drop the evals made after the checkpoint
+        os.makedirs(config["out_dir"], exist_ok=True)
         write_atomic(metrics_path, lambda f: f.write("".join(json.dumps(m) + "\n" for m in history).encode()))
     env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] {describe_model(mconf)}; "
               f"{model.get_num_params() / 1e6:.2f}M non-embedding parameters, "
-              f"{model.get_num_params(trainable=True) / 1e6:.2f}M trainable; out_dir {out}")
-    train_model = wrap(model, config, env)
+              f"{model.get_num_params(trainable=True) / 1e6:.2f}M trainable; out_dir {config['out_dir']}")
+    return mconf, model, optimizer, state, history
+
+
+def train_run(config, task, env, stop):
+    """Train one (task, attn, freeze, unfreeze, seed) run into config['out_dir']; return its eval history."""
+    ckpt_path, metrics_path = (os.path.join(config["out_dir"], f) for f in ("ckpt.pt", "metrics.jsonl"))
+    mconf, model, optimizer, state, history = begin(config, task, env, ckpt_path, metrics_path)
+    switch, train_model = unfreeze_step(config), wrap(model, config, env)
     scaler = torch.amp.GradScaler(env.device_type, enabled=env.dtype == torch.float16)
     params = [p for p in model.parameters() if p.requires_grad]
     shares = step_shares(config["gradient_accumulation_steps"], config["batch_size"], env)
@@ -417,7 +360,7 @@ def train_run(config, task, env, stop):
             train_loss = env.all_reduce(loss_sum.clone()).item() / loss_steps / env.world_size
             loss_sum.zero_()
             loss_steps = 0
-            metrics = {"iter": iter_num, "train_loss": train_loss, **eval_metrics(model, task, config, env),
+            metrics = {"iter": iter_num, "train_loss": train_loss, **eval_metrics(model, task, config["batch_size"], env),
                        "lr": lr, "tokens": iter_num * tokens_per_iter, "flops": flops, "time": round(train_time, 2)}
             history.append(metrics)
             state = snapshot()
@@ -430,11 +373,6 @@ def train_run(config, task, env, stop):
                                           ("lr", "tokens", "flops", "time")))
             t_log, log_iters, t_mark = time.time(), 0, time.time()
     return history
-
-
-def format_time(seconds):
-    m, s = divmod(int(seconds), 60)
-    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
 
 
 def read_history(path, upto):
@@ -496,6 +434,10 @@ def plan_runs(config):
     runs = [dict(config, task=t, attn=a, n_head=h, freeze=f, unfreeze_at=u, seed=s, seeds=1) for t in tasks
             for a in attns for h in (head_counts(config) if a == "mixing" else [config["n_head"]]) for f in freezes
             for u in schedules for s in seeds if u == "never" or starts_frozen(a, f)]
+    if not runs:
+        raise ConfigError(f"unfreeze_at={config['unfreeze_at']!r}: attn={config['attn']!r} with freeze="
+                          f"{config['freeze']!r} has nothing frozen to unfreeze; add never, or freeze=mlp, attn=frozen_qk "
+                          f"or learned_mixing")
     for run in runs:
         if len(runs) > 1:
             name = f"{run['task']}-" + run_label(run).replace(" h=", "-h").replace(" freeze=", "-freeze_") \
@@ -503,51 +445,6 @@ def plan_runs(config):
             run["out_dir"] = os.path.join(config["out_dir"], name + (f"-s{run['seed']}" if len(seeds) > 1 else ""))
             run["fresh_if_missing"] = True  # resuming a comparison starts the runs that never began
     return runs
-
-
-def summarize(runs, histories):
-    """Final metrics per (task, variant): mean and sample standard deviation (n - 1) over seeds."""
-    groups = {}
-    for run, history in zip(runs, histories):
-        groups.setdefault((run["task"], run_label(run)), []).append((run, history[-1]))
-    table = []
-    for (task_name, label), members in groups.items():
-        finals = [f for _, f in members]
-        keys = [k for k in finals[0] if not isinstance(finals[0][k], list) and k not in ("iter", "lr", "tokens")]
-        stats = {k: (float(np.mean([f[k] for f in finals])), float(np.std([f[k] for f in finals], ddof=1))
-                     if len(finals) > 1 else 0.0) for k in keys}
-        table.append({"task": task_name, "variant": label, "model": members[0][0]["model"], "seeds": len(finals),
-                      "iter": finals[0]["iter"], **stats})
-    return table
-
-
-def markdown_table(table):
-    keys = list(dict.fromkeys(k for row in table for k in row if isinstance(row[k], tuple)))
-    cell = lambda v: "" if v is None else f"{v[0]:.4g}" + (f" ± {v[1]:.2g}" if v[1] else "")
-    lines = ["| task | variant | seeds | iters | " + " | ".join(keys) + " | model |", "|---" * (len(keys) + 5) + "|"]
-    lines += [f"| {row['task']} | {row['variant']} | {row['seeds']} | {row['iter']} | "
-              + " | ".join(cell(row.get(k)) for k in keys) + f" | {row['model']} |" for row in table]
-    return "\n".join(lines)
-
-
-def report(runs, histories, out_dir, env, seconds):
-    table = summarize(runs, histories)
-    text = markdown_table(table)
-    env.print("\n" + text)
-    if env.master:
-        seeds = sorted({r["seed"] for r in runs})
-        with open(os.path.join(out_dir, "results.md"), "w") as f:
-            spread = f", mean ± sample std (n - 1) over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
-            f.write(f"# {', '.join(dict.fromkeys(r['task'] for r in runs))}\n\nFinal metrics{spread}"
-                    + f". {len(runs)} runs in {format_time(seconds)} on {env.describe()}.\n\n{text}\n")
-        finals = [{"task": r["task"], "variant": run_label(r), "attn": r["attn"], "freeze": r["freeze"],
-                   "seed": r["seed"], "model": r["model"],
-                   "samples": h[-1]["iter"] * r["batch_size"] * r["gradient_accumulation_steps"], **h[-1]}
-                  for r, h in zip(runs, histories)]
-        write_atomic(os.path.join(out_dir, "runs.json"), lambda f: f.write(json.dumps(finals, indent=1).encode()))
-        plot_comparison(runs, histories, run_label, os.path.join(out_dir, "compare.png"))
-        plot_cost(finals, os.path.join(out_dir, "cost.png"))
-        env.print(f"wrote {', '.join(os.path.join(out_dir, f) for f in ('results.md', 'compare.png', 'cost.png'))}")
 
 
 def build_tasks(runs):
@@ -588,7 +485,7 @@ def main(argv):
         start = time.time()
         histories = [train_run(run, tasks[run["task"]], env, stop) for run in runs]
         if len(runs) > 1:
-            report(runs, histories, config["out_dir"], env, time.time() - start)
+            write_report(runs, histories, run_label, config["out_dir"], env, time.time() - start)
     finally:
         stop.restore()
         teardown(env)

@@ -3,7 +3,8 @@
 #   context 256, 512 sequences a step, AdamW lr 5e-4, weight decay 0.01, 40,000 steps (the README: 40k-80k),
 #   warmup max(4 %, 500) = 1,600, fp32 weights, evaluated on the whole test split (the reference's eval split);
 #   MixiT's parametrization: skip_scaling 0.5 and c- = -1 (trainer.py's defaults), multipliers base 512.
-# Where mixit departs: GPT-2 BPE (the reference: Llama-3's 128k tokenizer, so losses are not comparable),
+# Where mixit departs: GPT-2 BPE (the reference: a Llama tokenizer, Llama-3.2's with its --llama3 flag, else Llama-2's,
+# which its slurm launchers use; losses per token are not comparable across tokenizers),
 # packed windows instead of one padded line per sequence, cosine decay instead of linear, bf16 autocast on a GPU.
 # Model: 12 layers, width 512, 8 heads (MixiT 8 heads), context 256, multipliers base 512.
 # Training: 40,000 steps of 512 sequences, lr 5e-4.

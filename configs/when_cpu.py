@@ -13,6 +13,7 @@ unfreeze_at = "0%,25%,50%,75%,never"
 n_layer = 2
 n_embd = 64
 n_head = 4
+mixing_heads = ""  # MixiT (--attn=mixing) at n_head too: every layer with the same heads
 batch_size = 64
 max_iters = 600
 eval_interval = 150

@@ -15,6 +15,7 @@ unfreeze_at = "0%,25%,50%,75%,never"
 n_layer = 2
 n_embd = 512
 n_head = 4
+mixing_heads = ""  # MixiT (--attn=mixing) at n_head too: every layer with the same heads
 base_width = 512.0
 batch_size = 1000
 max_iters = 10000

@@ -16,6 +16,7 @@ attn = "mmmm,ssss,smmm,msmm,mmsm,mmms"
 n_layer = 4
 n_embd = 64
 n_head = 4
+mixing_heads = ""  # MixiT (--attn=mixing) at n_head too: every layer with the same heads
 batch_size = 64
 max_iters = 600
 eval_interval = 150

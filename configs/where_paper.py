@@ -15,6 +15,7 @@ attn = ("mmmmm,sssss,smmmm,msmmm,mmsmm,mmmsm,mmmms,fmmmm,mfmmm,mmfmm,mmmfm,mmmmf
 n_layer = 5
 n_embd = 512
 n_head = 8
+mixing_heads = ""  # MixiT (--attn=mixing) at n_head too: every layer with the same heads
 base_width = 512.0
 batch_size = 1000
 max_iters = 20000
