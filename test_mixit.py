@@ -1284,26 +1284,40 @@ def test_every_run_of_a_multi_run_job_is_compiled(tmp_path, monkeypatch):
     assert len(compiled) >= 10  # a graph for each model's forward (and backward)
 
 
-def test_ddp_syncs_no_buffers_during_steps(monkeypatch):
-    """The fixed matrices and rotary tables are identical by construction: no broadcast of them at any step (a
-    1-process gloo group; DDP broadcasts to itself all the same)."""
+def count_ddp_broadcasts(rank, store_path, results):
+    """One of 2 gloo processes: 3 training steps of train.wrap's DDP model, then one forward of a plain DDP model,
+    counting the buffer broadcasts of each; reports them with a digest of the gradients and matrices."""
     import torch.distributed as dist
-    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    dist.init_process_group("gloo", rank=rank, world_size=2, init_method=f"file://{store_path}")
     try:
+        torch.set_num_threads(1)
         model = tiny_model(attn="mixing")
         ddp = train.wrap(model, {"compile": False}, types.SimpleNamespace(ddp=True, device_type="cpu", local_rank=0))
-        broadcasts = []
-        monkeypatch.setattr(dist, "_broadcast_coalesced", lambda *a, **k: broadcasts.append(a))
-        idx = torch.randint(0, 32, (2, 12))
-        for _ in range(3):
+        broadcasts, broadcast = [], dist._broadcast_coalesced
+        dist._broadcast_coalesced = lambda *a, **k: broadcasts.append(a)  # counted, not sent: both ranks skip it
+        for step in range(3):
+            idx = torch.randint(0, 32, (2, 12), generator=torch.Generator().manual_seed(10 * rank + step))  # own data
             ddp(idx, idx)[1].backward()
         ours = len(broadcasts)
         plain = torch.nn.parallel.DistributedDataParallel(tiny_model(attn="mixing"))
         broadcasts.clear()
         plain(idx, idx)[1].backward()
+        dist._broadcast_coalesced = broadcast
+        grads = [p.grad.double().sum().item() for p in model.parameters()]
+        results.put((rank, ours, len(broadcasts), grads, common.fingerprint(model)))
     finally:
         dist.destroy_process_group()
-    assert ours == 0 and len(broadcasts) == 1  # a plain DDP broadcasts its buffers at every forward
+
+
+def test_ddp_syncs_no_buffers_during_steps(tmp_path):
+    """2 gloo processes: the fixed matrices and rotary tables are identical by construction, so no step broadcasts
+    them (a plain DDP model does at every forward); the gradients are still averaged, the matrices still agree."""
+    context = torch.multiprocessing.get_context("spawn")
+    results = context.SimpleQueue()
+    torch.multiprocessing.spawn(count_ddp_broadcasts, args=(str(tmp_path / "store"), results), nprocs=2)
+    (_, ours0, plain0, grads0, prints0), (_, ours1, plain1, grads1, prints1) = sorted(results.get() for _ in range(2))
+    assert ours0 == ours1 == 0 and plain0 == plain1 == 1
+    assert grads0 == pytest.approx(grads1, rel=1e-6) and prints0 == prints1
 
 
 def test_checkpoint_holds_no_fixed_matrix_and_refuses_another_one(tmp_path, capsys):
