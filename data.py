@@ -628,8 +628,8 @@ def recall_scores(model, task, n_seqs=256):
 @torch.no_grad()
 def evaluate(model, task, split, batch_size, env):
     """Loss, accuracy per answer, per answer position and by the number of answers in a row, and whole-answer exact
-    match over a fixed split, shared out over the processes (env: their device, autocast and all_reduce)."""
-    model.eval()
+    match over a fixed split, shared out over the processes (env: their device, autocast and all_reduce), in the
+    model's current mode (eval_metrics runs it through in_eval)."""
     n = task.block_size + 1
     sums = torch.zeros(5, dtype=torch.float64, device=env.device)  # loss, answers, right, answered rows, exact rows
     by_position = torch.zeros(2, n, dtype=torch.float64, device=env.device)  # right, answers: a row's k-th answer
@@ -650,8 +650,8 @@ def evaluate(model, task, split, batch_size, env):
         by_position.index_add_(1, k, torch.stack([right[scored], scored[scored]]).double())
         by_count.index_add_(1, count, torch.stack([right.sum(-1), count]).double())
     loss, answers, right, rows, exact = env.all_reduce(sums).tolist()
-    (hits, counts), (count_hits, count_answers) = env.all_reduce(by_position).tolist(), env.all_reduce(by_count).tolist()
-    model.train()
+    hits, counts = env.all_reduce(by_position).tolist()
+    count_hits, count_answers = env.all_reduce(by_count).tolist()
     share = lambda a, b: [x / y for x, y in zip(a, b) if y]
     return {"loss": loss / max(answers, 1), "acc": right / max(answers, 1), "exact": exact / max(rows, 1),
             "acc_pos": share(hits, counts), "acc_n": share(count_hits, count_answers)}
@@ -660,12 +660,13 @@ def evaluate(model, task, split, batch_size, env):
 def eval_metrics(model, task, batch_size, env):
     """The metrics logged at every evaluation: loss and accuracy on the task's split, and what the task also measures
     (exact match, perplexity, accuracy per answer and by number of pairs, bits per parameter, induction scores)."""
-    val = evaluate(model, task, task.val_split, batch_size, env)
+    run = lambda split: in_eval(model, evaluate, model, task, split, batch_size, env)  # eval mode, then back
+    val = run(task.val_split)
     metrics = {"val_loss": val["loss"], "val_acc": val["acc"]}
     if task.exact_match:
         metrics["val_exact"] = val["exact"]
     if task.train_eval:
-        metrics["train_acc"] = evaluate(model, task, "train", batch_size, env)["acc"]
+        metrics["train_acc"] = run("train")["acc"]
     if task.perplexity:
         metrics["val_ppl"] = math.exp(min(val["loss"], 50.0))
     elif 1 < len(val["acc_pos"]) <= 32:  # several answers a sequence: how each answer position is learned

@@ -360,7 +360,8 @@ def train_run(config, task, env, stop):
             train_loss = env.all_reduce(loss_sum.clone()).item() / loss_steps / env.world_size
             loss_sum.zero_()
             loss_steps = 0
-            metrics = {"iter": iter_num, "train_loss": train_loss, **eval_metrics(model, task, config["batch_size"], env),
+            metrics = {"iter": iter_num, "train_loss": train_loss,
+                       **eval_metrics(model, task, config["batch_size"], env),
                        "lr": lr, "tokens": iter_num * tokens_per_iter, "flops": flops, "time": round(train_time, 2)}
             history.append(metrics)
             state = snapshot()
@@ -436,8 +437,8 @@ def plan_runs(config):
             for u in schedules for s in seeds if u == "never" or starts_frozen(a, f)]
     if not runs:
         raise ConfigError(f"unfreeze_at={config['unfreeze_at']!r}: attn={config['attn']!r} with freeze="
-                          f"{config['freeze']!r} has nothing frozen to unfreeze; add never, or freeze=mlp, attn=frozen_qk "
-                          f"or learned_mixing")
+                          f"{config['freeze']!r} has nothing frozen to unfreeze; add never, or freeze=mlp, "
+                          f"attn=frozen_qk or learned_mixing")
     for run in runs:
         if len(runs) > 1:
             name = f"{run['task']}-" + run_label(run).replace(" h=", "-h").replace(" freeze=", "-freeze_") \
