@@ -19,6 +19,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from mixit import ATTNS, LETTERS, MIXING, MixiT, MixiTConfig
+
 # ----------------------------------------------------------------------------- errors and the command line
 
 
@@ -382,7 +384,6 @@ def check_fingerprint(model, ckpt, path):
 
 def load_model(path, device="cpu"):
     """The model of a checkpoint, in eval mode on device, and the checkpoint itself."""
-    from mixit import MixiT, MixiTConfig
     ckpt = load_checkpoint(path, device)
     try:
         model = MixiT(MixiTConfig(**ckpt["model_args"]), device)
@@ -413,6 +414,23 @@ def save_checkpoint(path, model, optimizer, mconf, config, state):
 
 
 # ----------------------------------------------------------------------------- reports of a comparison
+
+
+def describe_model(m):
+    """What tells variants apart: shape, heads, each layer's attention, the parametrization, frozen W_Q, W_K's init."""
+    parts = [f"{m.n_layer} layers x {m.n_embd}, {m.n_head} heads"]
+    if m.attn not in ATTNS:
+        parts.append("layers " + " ".join(m.layer_attn))
+    parts.append(f"MixiT parametrization (multipliers base {m.base_width:g}, skip {m.skip:.3g}, c- {m.cminus:g})"
+                 if m.mixit_param else "standard parametrization")
+    if "frozen_qk" in m.layer_attn:
+        parts.append("frozen W_Q, W_K ~ " + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
+    if m.depth_alpha:
+        parts.append(f"residual (base depth {m.base_depth:g} / layers)^{m.depth_alpha:g}")
+    if m.n_classes:
+        mixing = not m.causal and any(a in MIXING for a in m.layer_attn)
+        parts.append(f"{m.pool} pooling, pads {m.pads}" + (f", {m.centring} centring" if mixing else ""))
+    return ", ".join(parts)
 
 
 def format_time(seconds):
@@ -489,16 +507,18 @@ PANELS = {  # a panel: the metric, what runs along x (iter, flops or time; final
     "acc_time": ("val_acc", "time", "accuracy against training time", "accuracy"),
     "val_acc_pos": ("val_acc_pos", "final", "final accuracy per answer position", "accuracy"),
     "val_acc_n": ("val_acc_n", "final", "final accuracy by number of pairs", "accuracy"),
+    "val_acc_at": ("val_acc_at", "final", "final accuracy by the answer's place", "accuracy"),
     "induction_layers": ("induction_layers", "final", "final induction score per layer (best head)", "induction score")}
 X_LABELS = {"iter": "optimizer step", "flops": "training FLOPs", "time": "training time (s)",
-            "val_acc_pos": "answer position", "val_acc_n": "key-value pairs in the sequence", "induction_layers": "layer"}
+            "val_acc_pos": "answer position", "val_acc_n": "key-value pairs in the sequence", "induction_layers": "layer",
+            "val_acc_at": "position of the query (the answer follows it)"}
+LEVELS = {"val_acc": ("val_acc_chance", "dashed: chance"), "induction_score": ("induction_init", "dashed: at init")}
 
 
 def variant_colors(runs, label):
     """A colour per variant label: its attention's (a hybrid's from a palette), shaded light to dark where several
     variants share it (MixiT's head counts, unfreezing schedules)."""
     import matplotlib.colors as mcolors
-    from mixit import LETTERS
     kind = lambda run: LETTERS.get(run["attn"][0]) if len(set(run["attn"])) == 1 else run["attn"]  # mmmm: mixing
     patterns = list(dict.fromkeys(kind(r) for r in runs if kind(r) not in COLORS))
     base = lambda r: COLORS.get(kind(r)) or PATTERN_COLORS[patterns.index(kind(r)) % len(PATTERN_COLORS)]
@@ -517,9 +537,9 @@ def variant_colors(runs, label):
 
 def plot_comparison(runs, histories, label, path):
     """Per task: accuracy and loss against steps, the induction score, accuracy against training FLOPs and time
-    (where runs unfreeze), the final accuracy per answer position and by number of pairs and the induction score per
-    layer (where measured); one colour per variant, mean over seeds with a band of ± the sample standard deviation
-    (for up to 6 variants)."""
+    (where runs unfreeze), the final accuracy per answer position, by number of pairs and by place and the induction
+    score per layer (where measured); one colour per variant, mean over seeds with a band of ± the sample standard
+    deviation (for up to 6 variants); dashed, each score's chance level (LEVELS)."""
     plt = pyplot()
     tasks = list(dict.fromkeys(run["task"] for run in runs))
     cost = any(run["unfreeze_at"] != "never" for run in runs)
@@ -544,6 +564,11 @@ def plot_comparison(runs, histories, label, path):
                 if len(hs) > 1 and len(curves) <= 6:  # more bands than that hide the curves
                     std = values.std(0, ddof=1)
                     ax.fill_between(xs, mean - std, mean + std, color=colors[name], alpha=0.2)
+                level, note = LEVELS.get(key, (None, ""))
+                if level in hs[0][-1]:  # what the score reads with no skill
+                    ax.axhline(np.mean([h[-1][level] for h in hs]), ls="--", lw=1,
+                               color="gray" if level == "val_acc_chance" else colors[name])  # a task's, a variant's
+                    title = f"{PANELS[panel][2]} ({note})"
             ax.set(title=f"{task_name}: {title}", ylabel=ylabel, xlabel=X_LABELS[key if x == "final" else x])
             if key != "val_loss":
                 ax.set_ylim(-0.02, 1.02)

@@ -37,6 +37,15 @@ def _row_hash(seqs):
         return (seqs * weights).sum(1)
 
 
+def majority_share(y):
+    """The share of the answers (y >= 0) equal to the most frequent answer at their place k among their row's answers."""
+    scored = y >= 0
+    place, answer = np.cumsum(scored, 1)[scored] - 1, y[scored]
+    counts = np.zeros((place.max() + 1, answer.max() + 1))
+    np.add.at(counts, (place, answer), 1)
+    return float(counts.max(1).sum() / len(answer))
+
+
 class Task(ABC):
     """Fixed-length integer sequences (B, L): x = seq[:, :-1], y = seq[:, 1:] where scored, else -1."""
 
@@ -83,6 +92,12 @@ class Task(ABC):
 
     def token_str(self, token):
         return str(token)
+
+    def chance(self):
+        """Chance accuracy: the best answers that read no input, the most frequent k-th answer of the evaluation rows
+        at each place k (Dyck: the majority answer; addition: the answer's format, the digits guessed)."""
+        _, y = self.xy(self.split_rows(self.val_split))
+        return majority_share(y.numpy())
 
     def key_of(self, tokens):
         """The key each token asks for (same shape; default: itself): its answer follows the key's first occurrence."""
@@ -290,6 +305,11 @@ class Retrieval(StreamTask):
     def key_of(self, tokens):
         return np.where(tokens >= self.half + self.n, tokens - self.n, tokens)  # query H+N+k asks for key H+k
 
+    def chance(self):
+        """Guessing among the distinct values of the context: recall that knows the answer is one of them, not which."""
+        values = np.sort(self.test[:, 1:2 * self.n:2], axis=1)  # (rows, N), 0 where no pair
+        return float(np.mean(1 / ((values > 0) & (np.diff(values, axis=1, prepend=0) != 0)).sum(1)))
+
 
 class Induction(StreamTask):
     """s s r, s a segment of n ~ U{ceil(N/2)..N} distinct random tokens, r random filler to length 2N
@@ -322,6 +342,12 @@ class Induction(StreamTask):
     def segment_lengths(self, seqs):
         """The segment length n of each row: the first position that repeats position 0."""
         return np.argmax((seqs[:, 1:] == seqs[:, :1]), axis=1) + 1
+
+    def chance(self):
+        """Guessing among the segment's tokens not yet repeated: the repeat read without matching it to its copy."""
+        scored = self.scored(self.test)
+        k = np.cumsum(scored, 1)[scored]  # 1 for the repeat's 2nd token: k tokens of the segment repeated so far
+        return float(np.mean(1 / (np.repeat(self.segment_lengths(self.test), scored.sum(1)) - k)))
 
 
 class MQAR(StreamTask):
@@ -362,6 +388,18 @@ class MQAR(StreamTask):
         if token == self.PAD:
             return "_"
         return f"k{token}" if token < self.VALUE else str(token - self.VALUE)
+
+    def chance(self):
+        """Guessing by elimination: each answer among the distinct values of the keys not yet queried."""
+        scored = self.scored(self.test)
+        pairs = scored.sum(1)
+        answers = np.full((len(self.test), self.n), -1)
+        answers[np.arange(self.n) < pairs[:, None]] = self.test[:, 1:][scored]  # row by row, in query order
+        shares = []
+        for i in range(self.n):  # the i-th query: the values of queries i.. are left
+            rest = np.sort(answers[:, i:], axis=1)
+            shares.append(1 / ((rest >= 0) & (np.diff(rest, axis=1, prepend=-1) != 0)).sum(1)[pairs > i])
+        return float(np.concatenate(shares).mean())
 
 
 class TableTask(Task):
@@ -510,6 +548,11 @@ class ClassifyTask:
         x, y = self.split(split)
         return self.rows(x, y, np.sort(np.random.default_rng(seed).integers(0, len(y), batch_size)))
 
+    def chance(self):
+        """The majority class's share of the evaluation split."""
+        y = self.split(self.val_split)[1]
+        return float(np.bincount(y).max() / len(y))
+
     def eval_batches(self, split, batch_size, rank=0, world_size=1):
         x, y = self.split(split)
         mine = np.arange(len(y))[rank::world_size]
@@ -627,13 +670,14 @@ def recall_scores(model, task, n_seqs=256):
 
 @torch.no_grad()
 def evaluate(model, task, split, batch_size, env):
-    """Loss, accuracy per answer, per answer position and by the number of answers in a row, and whole-answer exact
-    match over a fixed split, shared out over the processes (env: their device, autocast and all_reduce), in the
-    model's current mode (eval_metrics runs it through in_eval)."""
+    """Loss, accuracy per answer, per answer position, by the number of answers in a row and by the answer's place in
+    the sequence, and whole-answer exact match over a fixed split, shared out over the processes (env: their device,
+    autocast and all_reduce), in the model's current mode (eval_metrics runs it through in_eval)."""
     n = task.block_size + 1
     sums = torch.zeros(5, dtype=torch.float64, device=env.device)  # loss, answers, right, answered rows, exact rows
     by_position = torch.zeros(2, n, dtype=torch.float64, device=env.device)  # right, answers: a row's k-th answer
     by_count = torch.zeros(2, n, dtype=torch.float64, device=env.device)  # right, answers: in rows of k answers
+    by_place = torch.zeros(2, n, dtype=torch.float64, device=env.device)  # right, answers: predicted at position t
     for x, y in task.eval_batches(split, batch_size, env.rank, env.world_size):
         x, y = env.to_device(x, y)
         with env.autocast():
@@ -649,20 +693,46 @@ def evaluate(model, task, split, batch_size, env):
         k = scored.cumsum(-1)[scored] - 1  # each answer's place among its row's answers
         by_position.index_add_(1, k, torch.stack([right[scored], scored[scored]]).double())
         by_count.index_add_(1, count, torch.stack([right.sum(-1), count]).double())
+        place = torch.arange(scored.size(-1), device=env.device).expand_as(scored)[scored]
+        by_place.index_add_(1, place, torch.stack([right[scored], scored[scored]]).double())
     loss, answers, right, rows, exact = env.all_reduce(sums).tolist()
     hits, counts = env.all_reduce(by_position).tolist()
     count_hits, count_answers = env.all_reduce(by_count).tolist()
+    place_hits, place_answers = env.all_reduce(by_place).tolist()
     share = lambda a, b: [x / y for x, y in zip(a, b) if y]
     return {"loss": loss / max(answers, 1), "acc": right / max(answers, 1), "exact": exact / max(rows, 1),
-            "acc_pos": share(hits, counts), "acc_n": share(count_hits, count_answers)}
+            "acc_pos": share(hits, counts), "acc_n": share(count_hits, count_answers),
+            "acc_at": [x / y if y else math.nan for x, y in zip(place_hits, place_answers)]}
 
 
-def eval_metrics(model, task, batch_size, env):
+def induction_metrics(model, task, env):
+    """Has an induction head formed, and in which layer? The best head's weight on the token after the earlier match
+    (for recall tasks: from each query to the value after its key), overall and per layer."""
+    scores = induction_scores(model, seed=TEST_SEED, device=env.device) if isinstance(task, Induction) else \
+        recall_scores(model, task)  # (L, H)
+    return {"induction_score": scores.max().item(), "induction_layers": scores.max(1).values.tolist()}
+
+
+def chance_metrics(model, task, env):
+    """What the scores read with no skill, computed once per run with the model at init: the task's chance accuracy
+    (task.chance) and, for tasks with an induction score, this architecture's score before training (a fixed mixing
+    matrix's for ever)."""
+    metrics = {"val_acc_chance": task.chance()} if hasattr(task, "chance") else {}
+    if isinstance(task, (Induction, Retrieval, MQAR)):
+        metrics["induction_init"] = induction_metrics(model, task, env)["induction_score"]
+    return metrics
+
+
+def eval_metrics(model, task, batch_size, env, chance=None):
     """The metrics logged at every evaluation: loss and accuracy on the task's split, and what the task also measures
-    (exact match, perplexity, accuracy per answer and by number of pairs, bits per parameter, induction scores)."""
+    (exact match, perplexity, accuracy per answer, by number of pairs and by place, bits per parameter and the table's
+    ceiling, induction scores), each chance level of chance_metrics beside its score."""
+    chance = chance or {}
     run = lambda split: in_eval(model, evaluate, model, task, split, batch_size, env)  # eval mode, then back
     val = run(task.val_split)
     metrics = {"val_loss": val["loss"], "val_acc": val["acc"]}
+    if "val_acc_chance" in chance:
+        metrics["val_acc_chance"] = chance["val_acc_chance"]
     if task.exact_match:
         metrics["val_exact"] = val["exact"]
     if task.train_eval:
@@ -673,12 +743,14 @@ def eval_metrics(model, task, batch_size, env):
         metrics["val_acc_pos"] = val["acc_pos"]
     if isinstance(task, MQAR):  # recall as the context fills: accuracy by the number of key-value pairs
         metrics["val_acc_n"] = val["acc_n"]
+    if isinstance(task, (Dyck, Retrieval)):  # one answer a row: accuracy by where it falls (the query's position)
+        metrics["val_acc_at"] = val["acc_at"]
     if isinstance(task, Memorize):  # capacity: the label bits the model holds, rows x (log2 N - loss in bits)
-        bits = len(task.split_rows("train")) * max(0.0, math.log2(task.vocab_size // 2) - val["loss"] / math.log(2))
-        metrics["bits_per_param"] = bits / model.get_num_params(non_embedding=False, trainable=True)
-    if isinstance(task, (Induction, Retrieval, MQAR)):  # has an induction head formed, and in which layer?
-        scores = induction_scores(model, seed=TEST_SEED, device=env.device) if isinstance(task, Induction) else \
-            recall_scores(model, task)  # (L, H): the best head's weight on the token after the earlier match
-        metrics["induction_score"] = scores.max().item()
-        metrics["induction_layers"] = scores.max(1).values.tolist()
+        rows, params = len(task.split_rows("train")), model.get_num_params(non_embedding=False, trainable=True)
+        metrics["bits_per_param"] = rows * max(0.0, math.log2(task.vocab_size // 2) - val["loss"] / math.log(2)) / params
+        metrics["bits_ceiling"] = rows * math.log2(task.vocab_size // 2) / params  # the whole table held
+    if isinstance(task, (Induction, Retrieval, MQAR)):
+        metrics.update(induction_metrics(model, task, env))
+        if "induction_init" in chance:
+            metrics["induction_init"] = chance["induction_init"]
     return metrics

@@ -23,6 +23,8 @@ MIXING = ("mixing", "learned_mixing")  # attention that never reads its input
 FREEZES = ("", "mlp", "blocks")
 QK_INITS = ("paper", "reference")
 PARAMETRIZATIONS = ("auto", "mixit", "standard")
+POOLS, PADS, CENTRINGS = ("mean", "last"), ("masked", "attended"), ("mean", "reference")  # classifier options
+MIX_BLOCK = 256  # causal mixing: rows multiplied together, each block only by the columns up to its last row
 
 
 @dataclass
@@ -37,7 +39,9 @@ class MixiTConfig:
     freeze: str = ""  # "" | mlp | blocks
     causal: bool = True
     n_classes: int = 0  # 0: a language model over the vocabulary; > 0: a sequence classifier
-    pad_id: int = -1  # classifier: the padding token, left out of attention and pooling
+    pad_id: int = -1  # classifier: the padding token, never pooled
+    pool: str = "mean"  # classifier: mean of the real tokens | last: the last real token (the reference)
+    pads: str = "masked"  # classifier: masked out of attention | attended: read, embedding held at 0 (the reference)
     seed: int = 0  # every random init: trained weights, frozen weights, mixing matrices
     bias: bool = True  # every projection has a bias, as in the reference trainers
     rope_theta: float = 10000.0
@@ -48,6 +52,9 @@ class MixiTConfig:
     skip: float = math.sqrt(0.5)  # MixiT's parametrization: h = skip*h + sqrt(1 - skip^2)*f(h)
     cminus: float = -1.0  # MixiT's parametrization: the shaped activation's slope is 1 + cminus/sqrt(d)
     mix_beta: float = 1.0  # mixing: scale of the centred noise around the identity
+    centring: str = "mean"  # non-causal mixing: rows centred on their mean | reference: row sum / (i+1), rows off 1
+    depth_alpha: float = 0.0  # > 0: every model h = h + (base_depth/n_layer)^alpha f(h), MixiT's A without I
+    base_depth: float = 4.0
 
     @property
     def layer_attn(self):
@@ -68,18 +75,17 @@ class MixiTConfig:
         if self.attn not in ATTNS and (len(self.attn) != self.n_layer or set(self.attn) - set(LETTERS)):
             raise ValueError(f"unknown attn {self.attn!r}; valid: {', '.join(ATTNS)}, or one letter per layer for "
                              f"n_layer={self.n_layer} (s softmax, f frozen_qk, m mixing, l learned_mixing)")
-        for name, valid in (("freeze", FREEZES), ("qk_init", QK_INITS), ("parametrization", PARAMETRIZATIONS)):
+        for name, valid in (("freeze", FREEZES), ("qk_init", QK_INITS), ("parametrization", PARAMETRIZATIONS),
+                            ("pool", POOLS), ("pads", PADS), ("centring", CENTRINGS)):
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: "
                                  + ", ".join(repr(v) if v == "" else v for v in valid))
-        if self.seed < 0:
-            raise ValueError(f"seed must be zero or positive, got {self.seed}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
         if (self.n_embd // self.n_head) % 2 and any(a not in MIXING for a in self.layer_attn):
             raise ValueError(f"rotary embeddings need an even head size, got {self.n_embd // self.n_head}")
-        if not 0.0 <= self.skip <= 1.0:
-            raise ValueError(f"skip must lie in [0, 1], got {self.skip}")
+        if self.seed < 0 or not 0.0 <= self.skip <= 1.0:
+            raise ValueError(f"skip must lie in [0, 1] and seed be >= 0, got skip={self.skip}, seed={self.seed}")
 
 
 # ----------------------------------------------------------------------------- fixed random numbers from integers
@@ -109,14 +115,15 @@ def gaussian_pairs(index, key):
     return torch.stack((radius * torch.cos(angle), radius * torch.sin(angle)), -1)
 
 
-def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=None, rows=128):
-    """MixiT's fixed attention A_h = I + beta * (N_h - rowmean(N_h)) less its identity: (n_head, T, T) float32
-    whose rows sum to 0. Head 0 is a sink. Built where it is used, rows at a time: no host copy of the matrix."""
+def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=None, rows=128,
+                  identity=True, centring="mean"):
+    """MixiT's fixed attention less its identity, (n_head, T, T) float32: A_h - I where A_h = I + beta * (N_h -
+    rowmean(N_h)), whose rows sum to 1; identity=False: A_h = beta * (N_h - rowmean(N_h)), std 1/sqrt(T) in every head.
+    Head 0 is a sink. Built where it is used, rows at a time: no host copy of the matrix."""
     T, pairs = block_size, (block_size + 1) // 2
-    P = torch.zeros(n_head, T, T, device=device)
-    lo, hi = 1 / math.sqrt(T * head_dim), 1 / math.sqrt(T)
+    P, lo, hi = torch.zeros(n_head, T, T, device=device), 1 / math.sqrt(T * head_dim), 1 / math.sqrt(T)
     for h in range(1, n_head):
-        sigma = lo + hash32(seed_key(*seed, h, 0)) * 2.0 ** -32 * (hi - lo)  # each head's std uniform in [lo, hi]
+        sigma = lo + hash32(seed_key(*seed, h, 0)) * 2.0 ** -32 * (hi - lo) if identity else hi  # uniform in [lo, hi]
         for r in range(0, T, rows):
             r1 = min(r + rows, T)
             cols = r1 if causal else T
@@ -125,11 +132,21 @@ def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,)
             index = i * pairs + torch.arange((cols + 1) // 2, device=device)  # N_h[i, j] is a function of (i, j)
             noise = sigma * gaussian_pairs(index, seed_key(*seed, h, 1)).flatten(1)[:, :cols]  # N(0, sigma^2)
             noise = noise.masked_fill(future, 0.0)
-            centred = noise - noise.sum(-1, keepdim=True) / (i + 1 if causal else T)  # the noise only redistributes
+            n = i + 1 if causal or centring == "reference" else T  # the reference's non-causal rows: over i + 1
+            centred = noise - noise.sum(-1, keepdim=True) / n  # the noise only redistributes
             P[h, r:r1, :cols] = beta * centred.masked_fill(future, 0.0)
+    if not identity:  # A_h itself: the identity rides on the unscaled skip instead
+        P[1:].diagonal(dim1=1, dim2=2).sub_(1.0)
     P[0].diagonal().fill_(-0.5)  # the sink head A_0 = I/2 + (token 0)/2: every token keeps half of itself
     P[0, 1:, 0] = 0.5  # and takes half of token 0 (row 0 holds only its own half)
     return P
+
+
+def causal_mix(P, v, block):
+    """P V for the rows P (H, t, s) of a causal matrix whose last row sees all s columns, and v (B, H, s, hd), a block
+    of rows at a time, each times the columns up to its last row: the zero upper triangle is never multiplied."""
+    ends = [(r, P.size(2) - P.size(1) + min(r + block, P.size(1))) for r in range(0, P.size(1), block)]
+    return torch.cat([torch.einsum("hts,bhsd->bhtd", P[:, r:r + block, :e], v[:, :, :e]) for r, e in ends], dim=2)
 
 
 # ----------------------------------------------------------------------------- the model
@@ -178,8 +195,7 @@ class Rotary(nn.Module):
 
 
 class KVCache:
-    """Past keys and values of every layer for generation, preallocated for block_size positions and written
-    in place; a mixing layer keeps values only (its attention needs no keys)."""
+    """Every layer's past keys and values for generation, written in place; a mixing layer keeps values only."""
 
     def __init__(self, n_layer, size):
         self.size, self.pos = size, 0  # pos: positions already cached; 0 starts a new sequence
@@ -207,8 +223,8 @@ class Attention(nn.Module):
             self.qk = Linear(C, 2 * C, config.bias)  # W_Q, W_K: frozen at init, apart from the trained W_V
             self.v = Linear(C, C, config.bias)
         else:
-            P = mixing_matrix(config.block_size, H, self.head_dim, config.causal, config.mix_beta,
-                              (config.seed, 1, layer), device)
+            P = mixing_matrix(config.block_size, H, self.head_dim, config.causal, config.mix_beta, (config.seed, 1,
+                              layer), device, identity=not config.depth_alpha, centring=config.centring)
             if self.kind == "learned_mixing":  # trained from MixiT's init, causal entries only (masked in use)
                 self.mixing = nn.Parameter(P)
             else:  # fixed: a function of the seed, rebuilt rather than saved; cast once to the compute dtype
@@ -245,29 +261,32 @@ class Attention(nn.Module):
             (v,) = self.heads(v)
             if cache is not None:
                 _, v = cache.update(self.layer, None, v)
-            P = self.mixing_rows(pos, t).to(v.dtype)
-            y = v[:, :, -t:] + torch.einsum("hts,bhsd->bhtd", P, v)  # A V = V + (A - I) V: one matmul per head
+            P = self.mixing_rows(pos, t).to(v.dtype)  # A V = V + (A - I) V: the causal zeros skipped a block at a time
+            y = v[:, :, -t:] + causal_mix(P, v, MIX_BLOCK if self.causal else t)
         else:
             q, k, v = self.qkv_heads(x, pos)
             if cache is not None:
                 k, v = cache.update(self.layer, k, v)
-            mask = None if pad_mask is None else pad_mask.view(B, 1, 1, t)  # the keys that are not padding
-            causal = self.causal and t > 1  # a single new query sees every cached key
-            if causal and pos:  # new queries pos.. against keys 0..: the causal mask aligned to the bottom right
-                mask, causal = torch.ones(t, pos + t, dtype=torch.bool, device=x.device).tril(pos), False
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)  # flash on a GPU
+            y = self.softmax_attention(q, k, v, pad_mask, pos)
         return self.o(y.transpose(1, 2).reshape(B, t, C))
 
-    def weights(self, x):
-        """The attention matrix this layer applies to x (B, t, C), as (B, H, t, t)."""
+    def softmax_attention(self, q, k, v, pad_mask, pos):  # q (B, H, t, hd) at positions pos.., k and v at 0..
+        B, t = q.size(0), q.size(2)
+        mask = None if pad_mask is None else pad_mask.view(B, 1, 1, t)  # the keys that are not padding
+        causal = self.causal and t > 1  # a single new query sees every cached key
+        if causal and pos:  # new queries pos.. against keys 0..: the causal mask aligned to the bottom right
+            mask, causal = torch.ones(t, pos + t, dtype=torch.bool, device=q.device).tril(pos), False
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)  # flash on a GPU
+
+    def weights(self, x, pad_mask=None):
+        """The attention matrix this layer applies to x (B, t, C), as (B, H, t, t): what it gives the values I."""
         B, t, _ = x.shape
         if self.kind in MIXING:
-            return (torch.eye(t, device=x.device) + self.mixing_rows(0, t).float()).expand(B, -1, -1, -1)
+            w = (torch.eye(t, device=x.device) + self.mixing_rows(0, t).float()).expand(B, -1, -1, -1)
+            return w if pad_mask is None else w * pad_mask.view(B, 1, 1, t)  # masked padding carries nothing
         q, k, _ = self.qkv_heads(x, 0)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
-        if self.causal:
-            scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
-        return scores.softmax(-1)
+        one_hot = torch.eye(t, device=x.device, dtype=q.dtype).expand(B, self.n_head, t, t)  # each key's own value
+        return self.softmax_attention(q, k, one_hot, pad_mask, 0)
 
 
 class MLP(nn.Module):
@@ -292,9 +311,11 @@ class Block(nn.Module):
         super().__init__()
         self.norm1, self.attn = RMSNorm(config.n_embd), Attention(config, layer, device, mixing_dtype)
         self.norm2, self.mlp = RMSNorm(config.n_embd), MLP(config)
-        # residual scaling: s^2 + r^2 = 1 keeps the hidden norm constant in depth (MixiT); a plain sum otherwise
-        self.s = config.skip if config.mixit_param else 1.0
-        self.r = math.sqrt(1 - self.s ** 2) if config.mixit_param else 1.0
+        # residual scaling h = s h + r f(h): s^2 + r^2 = 1 keeps the hidden norm constant in depth (MixiT), a plain sum
+        # otherwise; depth_alpha > 0 (the reference's LM launchers): s = 1 and r = (base_depth / n_layer)^alpha
+        preserving, alpha = config.mixit_param and not config.depth_alpha, config.depth_alpha
+        self.s = config.skip if preserving else 1.0
+        self.r = math.sqrt(1 - self.s ** 2) if preserving else (config.base_depth / config.n_layer) ** alpha
 
     def forward(self, x, cache=None, pad_mask=None):
         x = self.s * x + self.r * self.attn(self.norm1(x), cache, pad_mask)
@@ -309,12 +330,12 @@ def param_groups(params, weight_decay):
 
 class MixiT(nn.Module):
     def __init__(self, config, device=None, mixing_dtype=torch.float32):
-        """The model on device. Weights are drawn on the host (the same on every device); MixiT's fixed matrices
-        are built on device, in mixing_dtype (the compute dtype: cast once, not at every forward)."""
+        """The model on device: weights drawn on the host, MixiT's fixed matrices built on device in mixing_dtype."""
         super().__init__()
         config.validate()
         self.config, C = config, config.n_embd
-        self.wte = nn.Embedding(config.vocab_size, C)
+        attended = config.n_classes and config.pads == "attended" and 0 <= config.pad_id < config.vocab_size
+        self.wte = nn.Embedding(config.vocab_size, C, padding_idx=config.pad_id if attended else None)  # pads at 0
         self.wpe = nn.Embedding(config.block_size, C) if config.mixit_param else None  # learned absolute positions
         self.blocks = nn.ModuleList(Block(config, layer, device, mixing_dtype) for layer in range(config.n_layer))
         self.norm = RMSNorm(C)
@@ -338,6 +359,8 @@ class MixiT(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, 0.0, 0.02, generator=g)
+                if module.padding_idx is not None:
+                    nn.init.zeros_(module.weight[module.padding_idx])
 
     def embed(self, idx, pos=0):
         x = self.wte(idx)  # (B, t, C)
@@ -353,7 +376,8 @@ class MixiT(nn.Module):
         t, pos = idx.size(1), 0 if cache is None else cache.pos
         if pos + t > self.config.block_size:
             raise ValueError(f"sequence of {pos + t} tokens is longer than block_size={self.config.block_size}")
-        pad_mask = (idx != self.config.pad_id) if self.config.n_classes else None  # (B, t)
+        real = idx != self.config.pad_id if self.config.n_classes else None  # a classifier's (B, t) real tokens
+        pad_mask = real if self.config.pads == "masked" else None  # the keys attention reads (None: every one)
         x = self.embed(idx, pos)
         for block in self.blocks:
             x = block(x, cache, pad_mask)
@@ -361,12 +385,19 @@ class MixiT(nn.Module):
         if cache is not None:
             cache.pos += t
         if self.config.n_classes:
-            keep = pad_mask.unsqueeze(-1).to(x.dtype)  # (B, t, 1)
-            x = (x * keep).sum(1) / keep.sum(1).clamp(min=1)  # mean over the real tokens, (B, C)
+            x = self.pool(x, real)
         logits = self.head(x)
         if targets is None:
             return logits, None
         return None, F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=-1)
+
+    def pool(self, x, real):
+        """(B, t, C) -> (B, C): the mean of the real tokens, or the last real token (the reference's classifier)."""
+        if self.config.pool == "last":
+            last = torch.where(real, torch.arange(real.size(1), device=x.device), 0).amax(1)  # (B,)
+            return x[torch.arange(x.size(0), device=x.device), last]
+        keep = real.unsqueeze(-1).to(x.dtype)  # (B, t, 1)
+        return (x * keep).sum(1) / keep.sum(1).clamp(min=1)
 
     def get_num_params(self, non_embedding=True, trainable=False):
         """Parameters (fixed mixing matrices are buffers, not parameters); non_embedding leaves out wte and wpe."""
@@ -381,15 +412,13 @@ class MixiT(nn.Module):
     def flops_per_token(self, seq_len=None, training=True):
         """Matmul FLOPs per token of a seq_len sequence, as each layer computes them (no weight gradient for a frozen
         weight or a fixed matrix); causal attention counts the (T+1)/2 positions a query sees on average."""
-        cfg = self.config
-        T = seq_len or cfg.block_size
+        cfg, T = self.config, seq_len or self.config.block_size
         core = 2 * cfg.n_embd * ((T + 1) / 2 if cfg.causal else T)  # one token's row of a (T, T) x (T, C) product
         fwd = bwd = 0.0
         for module in self.modules():
             if isinstance(module, nn.Linear) and not (module is self.head and cfg.n_classes):
-                w = module.weight.numel()
-                fwd += 2 * w
-                bwd += 2 * w + (2 * w if module.weight.requires_grad else 0)  # input gradient (+ weight gradient)
+                w = 2 * module.weight.numel()
+                fwd, bwd = fwd + w, bwd + w * (2 if module.weight.requires_grad else 1)  # input (+ weight) gradient
         for block in self.blocks:  # Q K^T, P V, twice that backward; mixing: A V, A^T dY (+ dY V^T if trained)
             mixing = block.attn.kind in MIXING
             fwd += core * (1 if mixing else 2)
@@ -406,12 +435,10 @@ class MixiT(nn.Module):
         T = self.config.block_size
         cache = KVCache(self.config.n_layer, T) if use_cache else None
         for _ in range(max_new_tokens):
-            if cache is not None and 0 < cache.pos < T:
-                logits, _ = self(idx[:, -1:], cache=cache)  # the newest token only
-            else:  # the first step, or a full window: (re)compute the last block_size tokens
-                if cache is not None:
-                    cache.pos = 0
-                logits, _ = self(idx[:, -T:], cache=cache)
+            newest = cache is not None and 0 < cache.pos < T  # the newest token only; else (re)compute the last T
+            if cache is not None and not newest:
+                cache.pos = 0  # the first step, or a full window
+            logits, _ = self(idx[:, -1:] if newest else idx[:, -T:], cache=cache)
             logits = logits[:, -1].float() / temperature  # (B, V)
             if top_k is not None:
                 kth = torch.topk(logits, min(top_k, logits.size(-1)))[0][:, -1:]  # (B, 1)
@@ -423,17 +450,11 @@ class MixiT(nn.Module):
     @torch.no_grad()
     def attention_maps(self, idx):
         """The attention each layer applies to idx (B, t), as (n_layer, B, n_head, t, t); MixiT's fixed matrices.
-        A classifier's padding keys get weight 0, as in forward."""
-        B, t = idx.shape
-        pad_mask = (idx != self.config.pad_id) if self.config.n_classes else None
+        A classifier's masked padding keys get weight 0, as in forward."""
+        pad_mask = idx != self.config.pad_id if self.config.n_classes and self.config.pads == "masked" else None
         x, maps = self.embed(idx), []
         for block in self.blocks:
-            w = block.attn.weights(block.norm1(x))  # (B, H, t, t)
-            if pad_mask is not None:
-                w = w * pad_mask.view(B, 1, 1, t).to(w.dtype)
-                if block.attn.kind not in MIXING:  # the softmax over the real keys only
-                    w = w / w.sum(-1, keepdim=True).clamp(min=1e-30)
-            maps.append(w)
+            maps.append(block.attn.weights(block.norm1(x), pad_mask))  # (B, H, t, t)
             x = block(x, None, pad_mask)
         return torch.stack(maps)
 

@@ -17,6 +17,7 @@ import threading
 import time
 import types
 import zipfile
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -232,17 +233,19 @@ def test_shapes_and_initial_loss(attn):
     assert torch.allclose(partial, expected, atol=1e-6)  # -1 targets are ignored
 
 
-def test_forward_is_the_papers_formulas():
+@pytest.mark.parametrize("depth_alpha", [0.0, 0.5])
+def test_forward_is_the_papers_formulas(depth_alpha):
     """MixiT's block written out by hand from its formulas: h = s h + r (A V) W_O with A = I + P, then the shaped
-    MLP gain * leaky_relu(gate, 1 + c/sqrt(d)) * up, every linear multiplied by sqrt(base / fan_in)."""
-    model = tiny_model(attn="mixing", init_std=0.2, cminus=1.0, skip=0.6)
+    MLP gain * leaky_relu(gate, 1 + c/sqrt(d)) * up, every linear multiplied by sqrt(base / fan_in); s^2 + r^2 = 1,
+    or with depth_alpha s = 1, r = (4 / n_layer)^alpha."""
+    model = tiny_model(attn="mixing", init_std=0.2, cminus=1.0, skip=0.6, depth_alpha=depth_alpha)
     idx = torch.randint(0, 32, (2, 12))
     cfg, C, H = model.config, 32, 4
     mult = lambda fan_in, base=cfg.base_width: math.sqrt(base / fan_in)
     lin = lambda layer, x, m: (x @ layer.weight.T + layer.bias) * m
     norm = lambda n, x: x / x.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * n.weight
     h = model.wte(idx) + model.wpe.weight[:12]
-    s, r = 0.6, math.sqrt(1 - 0.36)
+    s, r = (1.0, 2.0 ** depth_alpha) if depth_alpha else (0.6, math.sqrt(1 - 0.36))
     slope = 1 + 1 / math.sqrt(C)
     for block in model.blocks:
         v = lin(block.attn.v, norm(block.norm1, h), mult(C)).view(2, 12, H, C // H).transpose(1, 2)
@@ -256,16 +259,24 @@ def test_forward_is_the_papers_formulas():
 
 
 def test_initial_weights_and_mixing_matrices_are_pinned():
-    """A checksum of every initial tensor, fixed matrices included, for one seed: any change to the seeding (flat
-    integers hashed into keys) or to the generator fails here."""
-    expected = {"softmax": "1eb296e707c2c8d2", "frozen_qk": "eeb64575635bb523", "mixing": "711c2980056810c4", "learned_mixing": "a00c1a0e2a3363f2", "sfml": "489b42176ddeb9d0"}
-    for attn, digest in expected.items():
+    """A checksum of every weight drawn on the host, and the sizes of the fixed matrices, for one seed: any change to
+    the seeding (flat integers hashed into keys) or to the generators fails here. The matrices are pinned to float32
+    rounding, not to the bit: their log, cos and sin come from the CPU's math library (MKL), whose last bit varies
+    with the processor (MKL_ENABLE_INSTRUCTIONS=AVX2 moves it on an AVX-512 machine)."""
+    sizes = [44.3936709, 39.9228874, 45.494504, 37.7319202]  # sum |A - I| per layer
+    expected = {"softmax": ("40642ef6a1938ce8", []), "frozen_qk": ("58429a962b706a2e", []),
+                "mixing": ("8512a052cb983f67", sizes), "learned_mixing": ("8512a052cb983f67", sizes),
+                "sfml": ("d9de2762ffda8dad", sizes[2:])}
+    for attn, (digest, sizes) in expected.items():
         h = hashlib.sha256()
         model = tiny_model(attn=attn, n_layer=4, seed=3)
-        for key, value in [*model.state_dict().items(), *model.named_buffers()]:
-            h.update(key.encode())
-            h.update(value.numpy().tobytes())
+        for key, value in model.state_dict().items():
+            if not key.endswith(".mixing"):
+                h.update(key.encode())
+                h.update(value.numpy().tobytes())
         assert h.hexdigest()[:16] == digest, attn
+        matrices = [b.attn.mixing.double().abs().sum().item() for b in model.blocks if hasattr(b.attn, "mixing")]
+        assert matrices == pytest.approx(sizes, rel=1e-6), attn
 
 
 def test_fixed_random_numbers_are_a_function_of_their_index():
@@ -307,6 +318,64 @@ def test_classifier_pools_real_tokens_only():
         a, _ = m(padded)
         m.wte.weight.data[0] += 1.0  # change what a padding token looks like
         assert torch.allclose(a, m(padded)[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("attn", ["softmax", "mixing"])
+def test_last_token_pooling_reads_the_last_real_token(attn):
+    """pool=last (the reference's classifier): the final norm's output at the rightmost real token, under right and
+    left padding alike; mean pooling (the default) reads another summary."""
+    idx = torch.randint(1, 32, (2, 12))
+    idx[0, 8:] = 0  # right padding: the last real token at 7
+    idx[1, :3] = 0  # left padding: at 11
+    model = tiny_model(n_classes=3, pad_id=0, causal=False, attn=attn, pool="last")
+    x = model.embed(idx)
+    for block in model.blocks:
+        x = block(x, None, idx != 0)
+    expected = model.head(model.norm(x)[[0, 1], [7, 11]])
+    assert torch.allclose(model(idx)[0], expected, atol=1e-6)
+    assert not torch.allclose(tiny_model(n_classes=3, pad_id=0, causal=False, attn=attn)(idx)[0], expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("attn", ["softmax", "mixing"])
+def test_masked_pads_change_nothing_and_attended_pads_are_read(attn):
+    """The same texts with 2 or 4 pads after them: the same logits with pads masked (the default), others with pads
+    attended (the reference), whose pad embedding starts at 0 and gets no gradient."""
+    text = torch.randint(1, 32, (2, 8))
+    padded = lambda n: torch.cat([text, torch.zeros(2, n, dtype=torch.long)], 1)
+    for pads, same in (("masked", True), ("attended", False)):
+        model = tiny_model(n_classes=3, pad_id=0, causal=False, attn=attn, pads=pads)
+        assert torch.allclose(model(padded(2))[0], model(padded(4))[0], atol=1e-5) == same, pads
+    assert torch.equal(model.wte.weight[0], torch.zeros(32))
+    model(padded(4), torch.tensor([0, 1]))[1].backward()
+    assert torch.equal(model.wte.weight.grad[0], torch.zeros(32)) and model.wte.weight.grad[1:].abs().sum() > 0
+
+
+def test_non_causal_rows_sum_to_one_unless_centred_as_the_reference():
+    """Non-causal MixiT centres each row of noise on its mean: rows of A sum to 1. The reference divides row i's
+    sum over all T columns by i + 1: its rows are off 1 by T times the shift between the two. Causal rows agree."""
+    T = 16
+    ours, ref = (mixing_matrix(T, 4, 8, causal=False, centring=c) for c in ("mean", "reference"))
+    assert ours[1:].sum(-1).abs().max() < 1e-5 and ref[1:].sum(-1).abs().max() > 0.05
+    shift = ours - ref  # (rowsum N) (1/(i+1) - 1/T), the same along each row
+    assert torch.allclose(shift, shift[..., :1].expand_as(shift), atol=1e-6)
+    assert torch.allclose(ref[1:].sum(-1), -T * shift[1:, :, 0], atol=1e-5)
+    assert torch.equal(ours[0], ref[0])  # the sink head
+    assert torch.equal(mixing_matrix(T, 4, 8), mixing_matrix(T, 4, 8, centring="reference"))
+
+
+def test_depth_alpha_scales_the_branches_and_drops_the_identity():
+    """depth_alpha > 0 (the reference's LM launchers): h = h + (base_depth / n_layer)^alpha f(h) in every model, and
+    MixiT's A = N - rowmean(N) without its identity (rows sum to 0), every head's noise std 1/sqrt(T)."""
+    for attn, n_layer, alpha in (("mixing", 2, 1.0), ("softmax", 8, 0.5)):
+        for block in tiny_model(attn=attn, n_layer=n_layer, depth_alpha=alpha).blocks:
+            assert (block.s, block.r) == (1.0, (4 / n_layer) ** alpha)
+    T, H = 256, 4
+    A = torch.eye(T) + mixing_matrix(T, H, 16, identity=False)
+    assert A[1:].sum(-1).abs().max() < 1e-5 and A[1:].diagonal(dim1=1, dim2=2).abs().max() < 0.5
+    below = torch.ones(T, T).tril(-1).bool()
+    for h in range(1, H):  # centring shrinks the entries by sqrt(1 - 1/(i+1)): within 5 % of 1/sqrt(T) in all
+        assert A[h][below].std().item() == pytest.approx(1 / math.sqrt(T), rel=0.05)
+    assert torch.equal(A[0], torch.eye(T) + mixing_matrix(T, H, 16)[0])  # the sink head keeps itself
 
 
 FROZEN_CASES = [("frozen_qk", "", ["attn.qk"]), ("softmax", "mlp", ["mlp."]), ("mixing", "mlp", ["mlp."]),
@@ -654,6 +723,45 @@ def test_task_labels_by_brute_force(name, brute):
         assert 0 <= x.min() and x.max() < task.vocab_size
         for xr, yr in zip(x.numpy(), y.numpy()):
             assert list(yr[yr >= 0]) == brute(task, xr, yr)
+
+
+@pytest.mark.parametrize("name", ["addition_2", "dyck_4", "memorize_4", "modadd_5"])
+def test_chance_is_the_best_answer_to_each_place_that_reads_no_input(name):
+    """The no-skill floor of tasks whose answer follows from the input alone: for each place k (a row's k-th
+    answer) the most frequent answer there, counted row by row (Dyck: the majority answer; addition: the format)."""
+    task = data.make_task(name)
+    _, y = task.xy(task.split_rows(task.val_split))
+    tallies = {}
+    for row in y.tolist():
+        for k, answer in enumerate(a for a in row if a >= 0):
+            tallies.setdefault(k, Counter())[answer] += 1
+    best = sum(c.most_common(1)[0][1] for c in tallies.values())
+    assert task.chance() == pytest.approx(best / sum(sum(c.values()) for c in tallies.values()))
+
+
+def recall_guesses(task, row):
+    """For each scored answer of a row: the answer and the candidates of the no-skill guesser, from the tokens."""
+    if isinstance(task, data.Retrieval):  # every value of the context, not which key it follows
+        H, N = task.half, task.n
+        values = {row[p + 1] for p in range(0, 2 * N, 2) if H <= row[p] < H + N}
+        return [(row[p + 1], values) for p in range(len(row) - 1) if row[p] >= H + N]
+    if isinstance(task, data.MQAR):  # the values of the keys not yet queried
+        pairs = {row[p]: row[p + 1] for p in range(0, 2 * task.n, 2) if row[p] != task.PAD}
+        queries = range(2 * len(pairs), 4 * len(pairs), 2)
+        return [(row[q + 1], {pairs[row[p]] for p in queries if p >= q}) for q in queries]
+    n = int(task.segment_lengths(np.array([row]))[0])  # induction: the segment's tokens not yet repeated
+    return [(row[p + 1], set(row[:n]) - set(row[n:p + 1])) for p in range(n, 2 * n - 1)]
+
+
+@pytest.mark.parametrize("name", ["retrieval_3", "mqar_3", "mqar_5", "induction_5"])
+def test_recall_chance_is_a_guess_among_the_candidates_left(name):
+    """Recall without matching: a uniform guess among the values of the context (retrieval), those of the keys not
+    yet queried (MQAR), the segment's tokens not yet repeated (induction); brute force over the test rows."""
+    task = data.make_task(name)
+    shares = [1 / len(candidates) for row in task.test.tolist() for answer, candidates in recall_guesses(task, row)
+              if answer in candidates or pytest.fail(f"{answer} not among {candidates}")]
+    assert len(shares) == (task.scored(task.test)).sum()
+    assert task.chance() == pytest.approx(np.mean(shares))
 
 
 def test_dyck_distribution_matches_reference():
@@ -1126,7 +1234,7 @@ def test_accuracy_per_answer_position():
     """evaluate's accuracy of the k-th answer of every row, against a row-by-row count."""
     task, model = data.make_task("addition_3"), tiny_model(vocab_size=31, block_size=12, attn="mixing", init_std=0.3)
     result = data.evaluate(model, task, "test", 500, common.setup("cpu", "float32"))
-    hits, counts = np.zeros(5), np.zeros(5)
+    hits, counts, at_hits, at_counts = np.zeros(5), np.zeros(5), np.zeros(13), np.zeros(13)
     for x, y in task.eval_batches("test", 500):
         pred = model(x)[0].argmax(-1)
         for p, t in zip(pred, y):
@@ -1134,8 +1242,13 @@ def test_accuracy_per_answer_position():
             for k, pos in enumerate(answers):
                 hits[k] += int(p[pos] == t[pos])
                 counts[k] += 1
+                at_hits[pos] += int(p[pos] == t[pos])  # and by the place of the prediction in the sequence
+                at_counts[pos] += 1
     assert counts[3] == counts[0] > counts[4] > 0  # 4 answers a row, 5 where the sum carries out
     assert np.allclose(result["acc_pos"], hits / counts) and result["acc"] == pytest.approx(hits.sum() / counts.sum())
+    with np.errstate(invalid="ignore"):
+        assert np.allclose(result["acc_at"], at_hits / at_counts, equal_nan=True)
+    assert np.isnan(result["acc_at"][:7]).all() and not np.isnan(result["acc_at"][7:12]).any()  # answers from 7 on
 
 
 def test_resume_matches_uninterrupted_run(tmp_path):
@@ -1229,8 +1342,27 @@ def test_memorization_capacity_in_bits_per_parameter(tmp_path):
     m = read_metrics(tmp_path)[-1]
     model = MixiT(MixiTConfig(**load_ckpt(tmp_path)["model_args"]))
     bits = 64 * max(0.0, 3 - m["val_loss"] / math.log(2))
-    assert m["bits_per_param"] == pytest.approx(bits / model.get_num_params(non_embedding=False, trainable=True))
-    assert 0 < m["bits_per_param"] < 64 * 3 / 1000
+    params = model.get_num_params(non_embedding=False, trainable=True)
+    assert m["bits_per_param"] == pytest.approx(bits / params)
+    assert 0 < m["bits_per_param"] < m["bits_ceiling"] == pytest.approx(64 * 3 / params)  # the whole table held
+
+
+def test_each_score_is_reported_beside_its_chance_level(tmp_path):
+    """Every eval gives the task's chance accuracy and the induction score of the same model at init: for MixiT, whose
+    matrices never train, the very score it ends with (same matrix, same probe); for softmax, its start."""
+    assert run_train(tmp_path, "--task=retrieval_2,induction_4", "--attn=softmax,mixing", "--max_iters=40",
+                     "--eval_interval=20", "--learning_rate=1e-2", *FAST) == 0
+    for task in ("retrieval_2", "induction_4"):
+        mixing, softmax = (read_metrics(tmp_path / f"{task}-{a}") for a in ("mixing", "softmax"))
+        assert all(m["induction_score"] == m["induction_init"] for m in mixing)
+        assert softmax[-1]["induction_score"] != softmax[-1]["induction_init"]
+        assert {m["val_acc_chance"] for m in mixing + softmax} == {data.make_task(task).chance()}
+        ckpt = load_ckpt(tmp_path / f"{task}-softmax")
+        fresh = MixiT(MixiTConfig(**ckpt["model_args"]))  # the seed's model before training
+        level = data.chance_metrics(fresh, data.make_task(task), common.setup("cpu", "float32"))["induction_init"]
+        assert softmax[0]["induction_init"] == pytest.approx(level, abs=1e-6)
+    header = (tmp_path / "results.md").read_text().splitlines()[4]
+    assert "| val_acc | val_acc_chance |" in header and "| induction_score | induction_init |" in header
 
 
 def test_mixing_heads_run_mixit_at_each_head_count(tmp_path, capsys):
@@ -1454,6 +1586,11 @@ BAD_INPUTS = [
     (["--gradient_accumulation_steps=0"], "must be positive"),
     (["--seeds=0"], "must be positive"),
     (["--skip=1.5"], "skip must lie in [0, 1]"),
+    (["--pool=max"], "valid: mean, last"),
+    (["--pads=dropped"], "valid: masked, attended"),
+    (["--centring=median"], "valid: mean, reference"),
+    (["--depth_alpha=-1.0"], "must be zero or positive"),
+    (["--base_depth=0.0"], "must be positive"),
     (["--init_std=0.0"], "must be positive"),
     (["--attn=softmax,linear"], "unknown attn 'linear'"),
     (["--freeze=mlp,attn"], "unknown freeze 'attn'"),

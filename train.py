@@ -23,10 +23,11 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, check_fingerprint, cli, configure,
-                    defaults_of, fingerprint, format_time, load_checkpoint, non_negative, peak_flops, positive,
-                    save_checkpoint, setup, teardown, unit_interval, write_atomic, write_report)
-from data import eval_metrics, make_task
-from mixit import ATTNS, FREEZES, LETTERS, PARAMETRIZATIONS, QK_INITS, MixiT, MixiTConfig, param_groups
+                    defaults_of, describe_model, fingerprint, format_time, load_checkpoint, non_negative, peak_flops,
+                    positive, save_checkpoint, setup, teardown, unit_interval, write_atomic, write_report)
+from data import chance_metrics, eval_metrics, make_task
+from mixit import (ATTNS, CENTRINGS, FREEZES, LETTERS, PADS, PARAMETRIZATIONS, POOLS, QK_INITS, MixiT, MixiTConfig,
+                   param_groups)
 
 # -----------------------------------------------------------------------------
 # default config values: the main job, every variant on the paper's headline claims: MixiT matches the standard
@@ -60,6 +61,11 @@ init_std = 0.02  # the reference code's init of every trained linear weight
 qk_init = "paper"  # frozen_qk's frozen W_Q, W_K: paper N(0, 1/n_embd) | reference N(0, init_std^2)
 base_width = 0.0  # MixiT's multipliers sqrt(base_width / fan_in); 0: the reference's, 512 (1 for classifiers)
 base_ffn = 1.0
+depth_alpha = 0.0  # > 0: every model's residual h + (base_depth/n_layer)^alpha f(h), MixiT's A without its I
+base_depth = 4.0
+pool = "mean"  # classifiers: mean of the real tokens | last (the last real token, as the reference)
+pads = "masked"  # classifiers: masked out of attention | attended (as the reference, their embedding held at 0)
+centring = "mean"  # non-causal MixiT: rows centred on their mean | reference (row sum / (i+1): rows off 1)
 # optimizer: AdamW, linear warmup then cosine decay to min_lr
 batch_size = 64  # sequences per micro-batch
 gradient_accumulation_steps = 1  # micro-batches per optimizer step, over all processes together
@@ -80,12 +86,13 @@ compile = "auto"  # auto (on for CUDA), True, False
 DEFAULTS = defaults_of(globals())
 RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "float32", "bfloat16", "float16")),
          "compile": OneOf(("auto", True, False)), "qk_init": OneOf(QK_INITS), "beta1": unit_interval,
-         "parametrization": OneOf(PARAMETRIZATIONS), "beta2": unit_interval,
+         "parametrization": OneOf(PARAMETRIZATIONS), "beta2": unit_interval, "pool": OneOf(POOLS),
+         "pads": OneOf(PADS), "centring": OneOf(CENTRINGS),
          **dict.fromkeys(("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "log_interval",
                           "eval_iters", "seeds", "n_layer", "n_head", "n_embd", "learning_rate", "init_std",
-                          "base_ffn"), positive),
+                          "base_ffn", "base_depth"), positive),
          **dict.fromkeys(("block_size", "warmup_iters", "lr_decay_iters", "min_lr", "weight_decay", "grad_clip",
-                          "seed", "base_width"), non_negative)}
+                          "seed", "base_width", "depth_alpha"), non_negative)}
 ARCH_KEYS = [k for k in MixiTConfig.__dataclass_fields__]
 PAPER_ATTNS = ATTNS[:3]  # attn=all: the paper's three variants
 
@@ -105,18 +112,6 @@ def model_config(config, task):
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return mc
-
-
-def describe_model(m):
-    """What tells variants apart: shape, heads, each layer's attention, the parametrization, frozen W_Q, W_K's init."""
-    parts = [f"{m.n_layer} layers x {m.n_embd}, {m.n_head} heads"]
-    if m.attn not in ATTNS:
-        parts.append("layers " + " ".join(m.layer_attn))
-    parts.append(f"MixiT parametrization (multipliers base {m.base_width:g}, skip {m.skip:.3g}, c- {m.cminus:g})"
-                 if m.mixit_param else "standard parametrization")
-    if "frozen_qk" in m.layer_attn:
-        parts.append("frozen W_Q, W_K ~ " + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
-    return ", ".join(parts)
 
 
 def unfreeze_step(config):
@@ -276,6 +271,7 @@ def begin(config, task, env, ckpt_path, metrics_path):
     """A run's model, optimizer, state and eval history: fresh, or resumed from its checkpoint (metrics.jsonl then
     loses the evals made after it)."""
     mconf, model, optimizer = build(config, task, env)
+    chance = chance_metrics(model, task, env)  # with the model at init, before a checkpoint is loaded
     state, history, switch = dict(FRESH), [], unfreeze_step(config)
     if config["init_from"] == "resume" and (os.path.isfile(ckpt_path) or not config.get("fresh_if_missing")):
         ckpt = load_checkpoint(ckpt_path, env.device)
@@ -291,13 +287,13 @@ def begin(config, task, env, ckpt_path, metrics_path):
     env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] {describe_model(mconf)}; "
               f"{model.get_num_params() / 1e6:.2f}M non-embedding parameters, "
               f"{model.get_num_params(trainable=True) / 1e6:.2f}M trainable; out_dir {config['out_dir']}")
-    return mconf, model, optimizer, state, history
+    return mconf, model, optimizer, state, history, chance
 
 
 def train_run(config, task, env, stop):
     """Train one (task, attn, freeze, unfreeze, seed) run into config['out_dir']; return its eval history."""
     ckpt_path, metrics_path = (os.path.join(config["out_dir"], f) for f in ("ckpt.pt", "metrics.jsonl"))
-    mconf, model, optimizer, state, history = begin(config, task, env, ckpt_path, metrics_path)
+    mconf, model, optimizer, state, history, chance = begin(config, task, env, ckpt_path, metrics_path)
     switch, train_model = unfreeze_step(config), wrap(model, config, env)
     scaler = torch.amp.GradScaler(env.device_type, enabled=env.dtype == torch.float16)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -361,7 +357,7 @@ def train_run(config, task, env, stop):
             loss_sum.zero_()
             loss_steps = 0
             metrics = {"iter": iter_num, "train_loss": train_loss,
-                       **eval_metrics(model, task, config["batch_size"], env),
+                       **eval_metrics(model, task, config["batch_size"], env, chance),
                        "lr": lr, "tokens": iter_num * tokens_per_iter, "flops": flops, "time": round(train_time, 2)}
             history.append(metrics)
             state = snapshot()
