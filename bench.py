@@ -5,8 +5,9 @@ GPT-2 small, a context-length sweep, kernel profiles and a short train.py run of
   python bench.py --device=cuda --out_dir=out_bench   # the paper shapes (about 20 minutes on one H100)
   python bench.py --device=cpu                         # tiny shapes (about a minute on an idle CPU)
   python bench.py --parts=calib,train --attn=mixing    # some parts, some variants
+  python bench.py --parts=calib,op                     # the attention op alone, to T=4,096, and a step A/B
 
-out_dir gets bench.md (every table, also printed), bench.json (the raw numbers), sweep.png, profile_<variant>.txt
+out_dir gets bench.md (every table, also printed), bench.json (the raw numbers), sweep.png, op.png, profile_<variant>.txt
 and smoke_<variant>/ with its log (the train.py runs); bench.md and bench.json are rewritten as each part ends.
 A step is what train.py does: forward and backward of gradient_accumulation_steps micro-batches of random tokens,
 gradient clipping, one fused AdamW step. MFU = flops_per_token x tokens/s / common.peak_flops (a datasheet for
@@ -23,14 +24,16 @@ import sys
 import time
 
 import torch
+from torch.nn import functional as F
 
+import mixit
 from common import (COLORS, ConfigError, OneOf, TrainingError, cli, configure, defaults_of, non_negative, positive,
                     peak_flops, pyplot, save_checkpoint, setup, teardown)
-from mixit import ATTNS, MixiT, MixiTConfig
+from mixit import ATTNS, MixiT, MixiTConfig, causal_mix, mixing_matrix
 
 # -----------------------------------------------------------------------------
 out_dir = "out_bench"
-parts = "calib,build,train,sweep,profile,smoke"  # a comma list of these
+parts = "calib,build,train,sweep,op,profile,smoke"  # a comma list of these
 attn = "all"  # softmax | frozen_qk | mixing | learned_mixing, a comma list, or all (the paper's three)
 size = "auto"  # auto (paper on CUDA, else tiny) | paper | tiny: the shapes, and what the 0s below mean
 device = "auto"  # auto, cpu, cuda, cuda:N
@@ -44,19 +47,22 @@ smoke_task = "addition_3"
 smoke_iters = 0  # train.py steps per variant (0: 200 paper, 20 tiny)
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
-PARTS = ("calib", "build", "train", "sweep", "profile", "smoke")
+PARTS = ("calib", "build", "train", "sweep", "op", "profile", "smoke")
 RULES = {"size": OneOf(("auto", "paper", "tiny")), "dtype": OneOf(("auto", "float32", "bfloat16")),
          "compile": OneOf(("auto", True, False)),
          "profile_steps": positive, **dict.fromkeys(("steps", "repeats", "warmup", "smoke_iters"), non_negative)}
 SHAPE = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "accum", "vocab_size")  # accum: micro-batches
 SIZES = {  # shapes as SHAPE; sweep: the same but a list of T and the tokens per step (batch = tokens // T); build:
-    # MixiT at long context (n_layer, n_embd, n_head, block_size, vocab_size)
+    # MixiT at long context (n_layer, n_embd, n_head, block_size, vocab_size); op: the attention op alone (batch, heads,
+    # head size, a list of T); step: MixiT's causal product in blocks against one dense product, a shape as SHAPE
     "paper": dict(steps=50, repeats=5, warmup=3, smoke_iters=200,
                   shapes={"lm_paper": (12, 512, 8, 256, 64, 8, 50304), "gpt2_small": (12, 768, 12, 1024, 16, 1, 50304)},
-                  sweep=(12, 768, 12, (256, 512, 1024, 2048, 4096), 16384, 50304), build=(12, 512, 8, 4096, 50304)),
+                  sweep=(12, 768, 12, (256, 512, 1024, 2048, 4096), 16384, 50304), build=(12, 512, 8, 4096, 50304),
+                  op=(16, 12, 64, (256, 512, 1024, 2048, 4096, 8192)), step=(12, 768, 12, 4096, 4, 1, 50304)),
     "tiny": dict(steps=5, repeats=2, warmup=1, smoke_iters=20,
                  shapes={"lm_tiny": (2, 128, 4, 64, 8, 2, 512), "gpt2_tiny": (2, 128, 4, 128, 4, 1, 512)},
-                 sweep=(2, 128, 4, (64, 128, 256), 512, 512), build=(12, 256, 8, 4096, 512)),
+                 sweep=(2, 128, 4, (64, 128, 256), 512, 512), build=(12, 256, 8, 4096, 512),
+                 op=(4, 8, 32, (64, 128, 256, 512, 1024, 2048, 4096)), step=(2, 256, 8, 2048, 2, 1, 512)),
 }
 
 
@@ -225,6 +231,93 @@ def sweep(env, config, timed):
     return rows
 
 
+OPS = ("softmax", "mixing", "mixing dense")
+PRODUCTS = {"softmax": 6, "mixing": 2, "mixing dense": 2}  # causal (T, T) x (T, hd) products a forward+backward needs
+
+
+def time_op(env, fn, grad, seconds=0.1):
+    """Seconds of one forward and backward of fn(), the mean over back-to-back calls of about `seconds`."""
+    fn().backward(grad)
+    sync(env)
+    t0 = time.perf_counter()
+    fn().backward(grad)
+    sync(env)
+    calls = max(1, round(seconds / (time.perf_counter() - t0)))
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn().backward(grad)
+    sync(env)
+    return (time.perf_counter() - t0) / calls
+
+
+def mixing_op(env, config):
+    """The attention op alone, forward and backward, as the context grows: causal softmax (SDPA, flash on a GPU),
+    MixiT's causal product MIX_BLOCK rows at a time, and the dense product (all T rows at once); repeats interleaved.
+    Achieved FLOP/s counts the work a causal op needs: the dense product does twice that."""
+    B, H, hd, Ts = SIZES[config["size"]]["op"]
+    rows = []
+    for T in Ts:
+        make = lambda: torch.randn(B, H, T, hd, device=env.device, dtype=env.dtype, requires_grad=True)
+        q, k, v, grad = make(), make(), make(), make().detach()
+        P = mixing_matrix(T, H, hd, device=env.device).to(env.dtype)
+        fns = {"softmax": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+               "mixing": lambda: causal_mix(P, v, mixit.MIX_BLOCK), "mixing dense": lambda: causal_mix(P, v, T)}
+        fns = {name: torch.compile(fn) if config["compile"] else fn for name, fn in fns.items()}
+        times = {name: [] for name in OPS}
+        for _ in range(config["repeats"]):
+            for name in OPS:
+                times[name].append(time_op(env, fns[name], grad))
+        row = {"T": T, "batch": B, "heads": H, "head_size": hd, "block": mixit.MIX_BLOCK}
+        for name in OPS:
+            ms = 1e3 * statistics.median(times[name])
+            row[name] = {"ms": ms, "gflops": PRODUCTS[name] * B * H * T * (T + 1) * hd / ms / 1e6, "ms_all": times[name]}
+        row["block_speedup"] = row["mixing dense"]["ms"] / row["mixing"]["ms"]
+        row["mixing_over_softmax"] = row["softmax"]["ms"] / row["mixing"]["ms"]
+        rows.append(row)
+        print(f"  op T={T}: softmax {row['softmax']['ms']:.2f} ms, mixing {row['mixing']['ms']:.2f} ms, dense "
+              f"{row['mixing dense']['ms']:.2f} ms", flush=True)
+        del P, q, k, v
+    return rows
+
+
+def block_step(env, config):
+    """A MixiT training step with its causal product in blocks of MIX_BLOCK rows against one dense product (the
+    block set to T), the same shape, repeats interleaved."""
+    shape, block = dict(zip(SHAPE, SIZES[config["size"]]["step"])), mixit.MIX_BLOCK
+    runs = {"dense": [], "blocks": []}
+    try:
+        for _ in range(config["repeats"]):
+            for name, mixit.MIX_BLOCK in (("dense", shape["block_size"]), ("blocks", block)):
+                runs[name].append(time_training(env, shape, "mixing", config["steps"], 1, config["warmup"],
+                                                config["compile"])["ms_median"])
+    finally:
+        mixit.MIX_BLOCK = block
+    return {**shape, "block": block, **{f"{n}_ms": statistics.median(ms) for n, ms in runs.items()}, "ms_all": runs,
+            "speedup": statistics.median(runs["dense"]) / statistics.median(runs["blocks"])}
+
+
+def plot_op(rows, path):
+    plt = pyplot()
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    Ts = [r["T"] for r in rows]
+    for name, style in zip(OPS, ("o-", "o-", "s--")):
+        ax.plot(Ts, [r[name]["ms"] for r in rows], style, color=COLORS[name.split()[0]], label=name)
+    ax2.plot(Ts, [r["block_speedup"] for r in rows], "o-", color=COLORS["mixing"], label="dense / blocks")
+    ax2.plot(Ts, [r["mixing_over_softmax"] for r in rows], "s--", color=COLORS["softmax"], label="softmax / mixing")
+    ax.set(yscale="log", ylabel="ms, forward and backward", title=f"the attention op: batch {rows[0]['batch']}, "
+           f"{rows[0]['heads']} heads of {rows[0]['head_size']}")
+    ax2.set(ylabel="time ratio", title=f"blocks of {rows[0]['block']} rows; mixing against softmax")
+    for a in (ax, ax2):
+        a.set(xscale="log", xlabel="context length T")
+        a.set_xticks(Ts, [str(T) for T in Ts])
+        a.minorticks_off()
+        a.grid(alpha=0.3)
+        a.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def smoke(env, config, attn, out):
     """A short train.py run of one variant, in a subprocess: its final metrics and wall time."""
     run_dir, n = os.path.join(out, f"smoke_{attn}"), config["smoke_iters"]
@@ -308,6 +401,18 @@ def report(results, env):
                 table(sweep_points(results["sweep"]), {"T": "T", "batch": "batch", **{f"{a} tok/s": a for a in attns},
                       "mixing / softmax speed": "speed_ratio", "softmax / mixing FLOPs": "flop_ratio"}),
                 "![sweep](sweep.png)\n"]
+    if "op" in results:
+        flops = lambda name: lambda r: f"{r[name]['ms']:.3g} ({r[name]['gflops']:.3g})"
+        out += [f"## The attention op\n\nForward and backward alone, batch {results['op'][0]['batch']}, "
+                f"{results['op'][0]['heads']} heads of {results['op'][0]['head_size']}: ms, the median of "
+                f"{cfg['repeats']} interleaved repeats (achieved GFLOP/s of the work a causal op needs)\n",
+                table(results["op"], {"T": "T", **{f"{n} ms (GFLOP/s)": flops(n) for n in OPS},
+                                      "dense / blocks": "block_speedup", "softmax / mixing": "mixing_over_softmax"}),
+                "![op](op.png)\n"]
+        s = results["step"]
+        out.append(f"A MixiT training step ({describe(s)}), blocks of {s['block']} rows against one dense product, "
+                   f"{cfg['repeats']} interleaved repeats: {s['dense_ms']:.1f} ms dense, {s['blocks_ms']:.1f} ms in "
+                   f"blocks ({s['speedup']:.2f}x)\n")
     for a, p in results.get("profile", {}).items():
         out += [f"## Profile: {a}\n\n`profile_{a}.txt`: {p['steps']} steps by {p['sort']}; the top 5:\n",
                 table(p["top"], {"op": lambda t: f"`{t['name'][:70]}`", "ms/step": "ms_per_step",
@@ -419,6 +524,10 @@ def main(argv):
         if "sweep" in wanted:
             results["sweep"] = sweep(env, config, results.get("train", []))
             plot_sweep(results["sweep"], os.path.join(out, "sweep.png"))
+            write(results, env, out)
+        if "op" in wanted:
+            results["op"], results["step"] = mixing_op(env, config), block_step(env, config)
+            plot_op(results["op"], os.path.join(out, "op.png"))
             write(results, env, out)
         for a in attns if "smoke" in wanted else ():
             results.setdefault("smoke", []).append(row := smoke(env, config, a, out))

@@ -585,7 +585,7 @@ def plot_comparison(runs, histories, label, path):
 
 def plot_cost(finals, path):
     """Final accuracy against training cost, one point per run: the training FLOPs, and the measured training time
-    per sample; a colour per variant, a marker per task."""
+    per sample; a colour per variant, a marker per task, each task's chance level dashed."""
     plt = pyplot()
     colors, tasks = variant_colors(finals, lambda r: r["variant"]), list(dict.fromkeys(r["task"] for r in finals))
     markers = {task: "os^DvP*Xh<>p"[k % 12] for k, task in enumerate(tasks)}
@@ -594,6 +594,8 @@ def plot_cost(finals, path):
                                        ("training time per sample (ms)", lambda r: 1e3 * r["time"] / r["samples"]))):
         for r in finals:
             ax.scatter(cost(r), r["val_acc"], color=colors[r["variant"]], marker=markers[r["task"]], s=28, alpha=0.85)
+        for level in {r["val_acc_chance"] for r in finals if "val_acc_chance" in r}:  # each task's chance level
+            ax.axhline(level, color="gray", ls="--", lw=1)
         ax.set(xscale="log", xlabel=what, ylabel="final accuracy", ylim=(-0.02, 1.02), title=f"accuracy against {what}")
         ax.tick_params(axis="x", which="minor", labelbottom=False)
         ax.grid(alpha=0.3)

@@ -28,11 +28,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import bench
 import common
 import data
+import mixit
 import prepare
 import sample
 import train
 from common import ConfigError, cli, setup
-from mixit import ATTNS, KVCache, MixiT, MixiTConfig, gaussian_pairs, hash32, mixing_matrix, seed_key
+from mixit import ATTNS, KVCache, MixiT, MixiTConfig, causal_mix, gaussian_pairs, hash32, mixing_matrix, seed_key
 
 torch.set_num_threads(1)  # tiny models: one thread is as fast, and a busy shared CPU cannot stall it
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -613,6 +614,44 @@ def test_cache_filled_in_chunks_matches_one_forward(attn):
         parts = [model(idx[:, a:b], cache=cache)[0] for a, b in ((0, 5), (5, 6), (6, 12))]
     assert cache.pos == 12 and torch.allclose(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-4)
     assert [k is None for k in cache.k] == [a in ("mixing", "learned_mixing") for a in model.config.layer_attn]
+
+
+@pytest.mark.parametrize("t", [3, 4, 5, 8, 11])
+def test_causal_mixing_in_blocks_is_the_dense_product(t):
+    """Rows a block at a time (here 4), each times the columns up to its last row: the dense product's output and
+    gradients (of the matrix and of the values) to float32 rounding, at t below, at and above a block and at t not a
+    multiple of it; for a prefix of the matrix and for its last t rows (new tokens after a cache)."""
+    P = torch.randn(3, 11, 11)
+    for rows in (P[:, :t, :t], P[:, 11 - t:]):
+        rows, s = rows.clone().requires_grad_(), rows.size(2)
+        v, out_grad = torch.randn(2, 3, s, 5, requires_grad=True), torch.randn(2, 3, t, 5)
+        causal = lambda R: R * torch.ones(t, s).tril(s - t)  # row i sees columns <= s - t + i
+        dense = torch.einsum("hts,bhsd->bhtd", causal(rows), v)
+        blocked = causal_mix(causal(rows), v, 4)
+        assert torch.allclose(blocked, dense, atol=1e-6)
+        for a, b in zip(torch.autograd.grad(blocked, (rows, v), out_grad), torch.autograd.grad(dense, (rows, v), out_grad)):
+            assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("attn", ["mixing", "learned_mixing", "smfl"])
+def test_models_mix_in_blocks_as_densely(monkeypatch, attn):
+    """Blocks of 4 rows (the model's are MIX_BLOCK) against one dense product: the same logits and gradients in
+    training, the same cached generation; learned mixing's future entries still get no gradient."""
+    model = tiny_model(attn=attn, block_size=16, n_layer=4, init_std=0.1)
+    idx = torch.randint(0, 32, (2, 16))
+
+    def logits_and_grads(block):
+        monkeypatch.setattr(mixit, "MIX_BLOCK", block)
+        model.zero_grad()
+        model(idx, idx.roll(-1, 1))[1].backward()
+        return model(idx)[0], {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+    (dense, dense_grads), (blocked, grads) = logits_and_grads(16), logits_and_grads(4)
+    assert torch.allclose(blocked, dense, atol=1e-5) and grads.keys() == dense_grads.keys()
+    assert all(torch.allclose(grads[n], dense_grads[n], rtol=1e-4, atol=1e-6) for n in grads)
+    assert all(not b.attn.mixing.grad.triu(1).any() for b in model.blocks if b.attn.kind == "learned_mixing")
+    prompt = torch.randint(0, 32, (2, 3))
+    assert torch.equal(model.generate(prompt, 20, top_k=1), model.generate(prompt, 20, top_k=1, use_cache=False))
 
 
 def test_a_learned_mixing_matrix_stays_causal_and_learns():
@@ -1813,6 +1852,19 @@ def test_presets_run_what_their_comments_state(name):
         assert run["batch_size"] * run["gradient_accumulation_steps"] == stated(training_line, r"of ([\d,]+) sequences")
         assert run["learning_rate"] == stated(training_line, r"lr ([\d.e-]+)", float)
     assert config["device"] == ("cpu" if name.endswith("_cpu") else "auto")  # paper presets: the GPU when present
+    commands = preset_commands(text, name)
+    assert commands  # every preset says how to run it
+    for args in commands:  # and every command its comment gives plans as written: valid options, models that build
+        for run in train.plan_runs(common.configure(train.DEFAULTS, [path, *args], train.RULES)):
+            train.model_config(run, preset_task(run["task"], run["block_size"]))
+    assert name.endswith("_cpu") or "departs" in text  # a paper preset says where it departs from the reference
+
+
+def preset_commands(text, name):
+    """The arguments of each train.py command a preset's comment gives for itself (continued lines joined)."""
+    comment = "\n".join(line[1:] for line in text.splitlines() if line.startswith("#")).replace("\\\n", " ")
+    marker = f"train.py configs/{name}.py"
+    return [line.split(marker, 1)[1].split("  #")[0].split() for line in comment.splitlines() if marker in line]
 
 
 def torchrun(tmp_path, config_text, *args, timeout=120):

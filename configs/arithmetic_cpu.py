@@ -5,6 +5,22 @@
 # Model: 2 layers, width 64, 4 heads (MixiT 16 heads: the paper makes this claim with many heads, configs/heads_cpu.py).
 # Training: 1,500 steps of 128 sequences, lr 3e-3.
 #   python train.py configs/arithmetic_cpu.py --attn=all --seeds=3
+# Modular addition toward the reference's modadd runner (lr 1e-3, multiplier x1 at its width, ~2,100 epochs):
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=modadd_47 --attn=softmax,mixing --out_dir=out/modadd_cpu
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=modadd_47 --attn=mixing --learning_rate=1e-3 \
+#       --out_dir=out/modadd_cpu_lr
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=modadd_47 --attn=mixing --base_width=64 \
+#       --out_dir=out/modadd_cpu_x1
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=modadd_47 --attn=mixing --max_iters=6000 \
+#       --out_dir=out/modadd_cpu_6k
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=modadd_47 --attn=mixing --max_iters=24000 \
+#       --eval_interval=1000 --out_dir=out/modadd_cpu_24k
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=modadd_97 --attn=softmax,mixing --max_iters=6000 \
+#       --out_dir=out/modadd_cpu_p97
+# Dyck with N large enough that nearly every query position is trained (at N = 8 the test set holds every string of
+# up to 4 characters, so training never sees a query there; at N = 30 such rows are 3 % of the test set):
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_8,dyck_16,dyck_30 --attn=softmax,mixing \
+#       --out_dir=out/dyck_cpu
 task = "addition_3,modadd_47,memorize_32,dyck_8"
 out_dir = "out/arithmetic_cpu"
 n_layer = 2

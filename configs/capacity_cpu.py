@@ -6,6 +6,9 @@
 # Model: 2 layers, width 32, 4 heads (MixiT 16 heads).
 # Training: 1,500 steps of 1,024 sequences, lr 5e-3.
 #   python train.py configs/capacity_cpu.py --seeds=3
+# bits_ceiling: each variant's bits per parameter with the whole table held. MixiT at multiplier x1, and 4x longer:
+#   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --base_width=32 --out_dir=out/capacity_cpu_x1
+#   python train.py configs/capacity_cpu.py --seeds=3 --freeze= --max_iters=6000 --out_dir=out/capacity_cpu_long
 task = "memorize_128"
 out_dir = "out/capacity_cpu"
 attn = "all"

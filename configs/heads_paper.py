@@ -1,8 +1,13 @@
-# Claim: MixiT needs many heads for arithmetic, at the reference algorithmic runner's scale: 10-digit addition, 2
-# layers, width 512, 1,000 sequences a step, lr 1e-2, 500 warmup steps, weight decay 1e-3, cosine decay, 40,000
-# steps (depth.py and its README command); MixiT's heads 4, 32, 64 (scripts/depth_array.sh) and 256 (the paper's
-# largest, Table 5); the standard transformer at 4; skip sqrt(0.5), c- = -1 (depth.py).
-# Where mixit departs: addition scores every answer digit; bf16 autocast on a GPU (the reference: fp32).
+# Claim: MixiT needs many heads for arithmetic (the paper's Table 5: up to 256 heads). Value by value, from the
+# reference's algorithmic runner (depth.py) with its README command and scripts/depth_array.sh, and where mixit departs:
+#   10-digit addition, 2 layers, width 512; MixiT's heads 4, 32, 64 (depth_array.sh's sweep, which also runs them at
+#     width 1,024: --n_embd=1024) and 256 (the paper's largest); the standard model 4 heads (both launchers).
+#   What trains: everything (the README's slurm example, weight_frozen=0); depth_array.sh's default and the README's
+#     python command train the embeddings only: --freeze=blocks.
+#   40,000 steps of 1,000 (the README command's max_steps 500 x 80,000 / 1,000); depth_array.sh runs the same 40M
+#     sequences as 312,500 steps of 128.
+#   AdamW lr 1e-2 (depth.py's global), weight decay 1e-3, warmup 500, cosine; skip sqrt(0.5), c- = -1, base 512.
+#   Departures: addition scores every answer digit; bf16 on a GPU (the reference: fp32).
 # Model: 2 layers, width 512, 4 heads (MixiT 4, 32, 64, 256 heads), multipliers base 512.
 # Training: 40,000 steps of 1,000 sequences, lr 1e-2.
 #   python train.py configs/heads_paper.py --seeds=3

@@ -10,6 +10,11 @@
 # Then the other placements, each about as long:
 #   python train.py configs/where_cpu.py --seeds=3 --attn=fmmm,mfmm,mmfm,mmmf --out_dir=out/where_frozen_cpu
 #   python train.py configs/where_cpu.py --seeds=3 --attn=ssmm,smsm,smms,mssm,msms,mmss --out_dir=out/where_two_cpu
+# Placement read apart from parametrization (auto gives ssss the standard one, every hybrid MixiT's): each in both
+#   python train.py configs/where_cpu.py --seeds=3 --attn=mmmm,ssss,mssm,mfmm --parametrization=mixit \
+#       --out_dir=out/where_mixit_cpu
+#   python train.py configs/where_cpu.py --seeds=3 --attn=mmmm,ssss,mssm,mfmm --parametrization=standard \
+#       --out_dir=out/where_standard_cpu
 task = "retrieval_4,mqar_3,induction_6"
 out_dir = "out/where_cpu"
 attn = "mmmm,ssss,smmm,msmm,mmsm,mmms"

@@ -8,6 +8,9 @@
 # Model: 5 layers, width 512, 8 heads, multipliers base 512.
 # Training: 20,000 steps of 1,000 sequences, lr 1e-3.
 #   python train.py configs/where_paper.py --seeds=3
+# Placement apart from parametrization (auto gives sssss the standard one, every hybrid MixiT's):
+#   python train.py configs/where_paper.py --seeds=3 --attn=mmmmm,sssss,mssmm,mfmmm --parametrization=mixit \
+#       --out_dir=out/where_mixit_paper                                       # and --parametrization=standard
 task = "retrieval_30,mqar_16,induction_16"
 out_dir = "out/where_paper"
 attn = ("mmmmm,sssss,smmmm,msmmm,mmsmm,mmmsm,mmmms,fmmmm,mfmmm,mmfmm,mmmfm,mmmmf,"
