@@ -7,7 +7,7 @@ GPT-2 small, a context-length sweep, kernel profiles and a short train.py run of
   python bench.py --parts=calib,train --attn=mixing    # some parts, some variants
   python bench.py --parts=calib,op                     # the attention op alone, to T=4,096, and a step A/B
 
-out_dir gets bench.md (every table, also printed), bench.json (the raw numbers), sweep.png, op.png, profile_<variant>.txt
+out_dir gets bench.md (every table, also printed), bench.json (the raw numbers), sweep.png, profile_<variant>.txt
 and smoke_<variant>/ with its log (the train.py runs); bench.md and bench.json are rewritten as each part ends.
 A step is what train.py does: forward and backward of gradient_accumulation_steps micro-batches of random tokens,
 gradient clipping, one fused AdamW step. MFU = flops_per_token x tokens/s / common.peak_flops (a datasheet for
@@ -25,6 +25,7 @@ import time
 
 import torch
 from torch.nn import functional as F
+from torch.utils import benchmark
 
 import mixit
 from common import (COLORS, ConfigError, OneOf, TrainingError, cli, configure, defaults_of, non_negative, positive,
@@ -235,21 +236,6 @@ OPS = ("softmax", "mixing", "mixing dense")
 PRODUCTS = {"softmax": 6, "mixing": 2, "mixing dense": 2}  # causal (T, T) x (T, hd) products a forward+backward needs
 
 
-def time_op(env, fn, grad, seconds=0.1):
-    """Seconds of one forward and backward of fn(), the mean over back-to-back calls of about `seconds`."""
-    fn().backward(grad)
-    sync(env)
-    t0 = time.perf_counter()
-    fn().backward(grad)
-    sync(env)
-    calls = max(1, round(seconds / (time.perf_counter() - t0)))
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn().backward(grad)
-    sync(env)
-    return (time.perf_counter() - t0) / calls
-
-
 def mixing_op(env, config):
     """The attention op alone, forward and backward, as the context grows: causal softmax (SDPA, flash on a GPU),
     MixiT's causal product MIX_BLOCK rows at a time, and the dense product (all T rows at once); repeats interleaved.
@@ -264,13 +250,15 @@ def mixing_op(env, config):
                "mixing": lambda: causal_mix(P, v, mixit.MIX_BLOCK), "mixing dense": lambda: causal_mix(P, v, T)}
         fns = {name: torch.compile(fn) if config["compile"] else fn for name, fn in fns.items()}
         times = {name: [] for name in OPS}
-        for _ in range(config["repeats"]):
+        for _ in range(config["repeats"]):  # each a median of back-to-back calls over 0.2 s (torch.utils.benchmark)
             for name in OPS:
-                times[name].append(time_op(env, fns[name], grad))
+                timer = benchmark.Timer("fn().backward(grad)", globals={"fn": fns[name], "grad": grad})
+                times[name].append(timer.blocked_autorange(min_run_time=0.2).median)
         row = {"T": T, "batch": B, "heads": H, "head_size": hd, "block": mixit.MIX_BLOCK}
         for name in OPS:
             ms = 1e3 * statistics.median(times[name])
-            row[name] = {"ms": ms, "gflops": PRODUCTS[name] * B * H * T * (T + 1) * hd / ms / 1e6, "ms_all": times[name]}
+            row[name] = {"ms": ms, "gflops": PRODUCTS[name] * B * H * T * (T + 1) * hd / ms / 1e6,
+                         "ms_all": [1e3 * t for t in times[name]]}
         row["block_speedup"] = row["mixing dense"]["ms"] / row["mixing"]["ms"]
         row["mixing_over_softmax"] = row["softmax"]["ms"] / row["mixing"]["ms"]
         rows.append(row)
@@ -294,28 +282,6 @@ def block_step(env, config):
         mixit.MIX_BLOCK = block
     return {**shape, "block": block, **{f"{n}_ms": statistics.median(ms) for n, ms in runs.items()}, "ms_all": runs,
             "speedup": statistics.median(runs["dense"]) / statistics.median(runs["blocks"])}
-
-
-def plot_op(rows, path):
-    plt = pyplot()
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    Ts = [r["T"] for r in rows]
-    for name, style in zip(OPS, ("o-", "o-", "s--")):
-        ax.plot(Ts, [r[name]["ms"] for r in rows], style, color=COLORS[name.split()[0]], label=name)
-    ax2.plot(Ts, [r["block_speedup"] for r in rows], "o-", color=COLORS["mixing"], label="dense / blocks")
-    ax2.plot(Ts, [r["mixing_over_softmax"] for r in rows], "s--", color=COLORS["softmax"], label="softmax / mixing")
-    ax.set(yscale="log", ylabel="ms, forward and backward", title=f"the attention op: batch {rows[0]['batch']}, "
-           f"{rows[0]['heads']} heads of {rows[0]['head_size']}")
-    ax2.set(ylabel="time ratio", title=f"blocks of {rows[0]['block']} rows; mixing against softmax")
-    for a in (ax, ax2):
-        a.set(xscale="log", xlabel="context length T")
-        a.set_xticks(Ts, [str(T) for T in Ts])
-        a.minorticks_off()
-        a.grid(alpha=0.3)
-        a.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def smoke(env, config, attn, out):
@@ -407,8 +373,7 @@ def report(results, env):
                 f"{results['op'][0]['heads']} heads of {results['op'][0]['head_size']}: ms, the median of "
                 f"{cfg['repeats']} interleaved repeats (achieved GFLOP/s of the work a causal op needs)\n",
                 table(results["op"], {"T": "T", **{f"{n} ms (GFLOP/s)": flops(n) for n in OPS},
-                                      "dense / blocks": "block_speedup", "softmax / mixing": "mixing_over_softmax"}),
-                "![op](op.png)\n"]
+                                      "dense / blocks": "block_speedup", "softmax / mixing": "mixing_over_softmax"})]
         s = results["step"]
         out.append(f"A MixiT training step ({describe(s)}), blocks of {s['block']} rows against one dense product, "
                    f"{cfg['repeats']} interleaved repeats: {s['dense_ms']:.1f} ms dense, {s['blocks_ms']:.1f} ms in "
@@ -527,7 +492,6 @@ def main(argv):
             write(results, env, out)
         if "op" in wanted:
             results["op"], results["step"] = mixing_op(env, config), block_step(env, config)
-            plot_op(results["op"], os.path.join(out, "op.png"))
             write(results, env, out)
         for a in attns if "smoke" in wanted else ():
             results.setdefault("smoke", []).append(row := smoke(env, config, a, out))

@@ -46,6 +46,12 @@ def majority_share(y):
     return float(counts.max(1).sum() / len(answer))
 
 
+def distinct_per_row(values, absent):
+    """How many distinct values each row of values holds, absent left out."""
+    values = np.sort(values, axis=1)
+    return ((values != absent) & (np.diff(values, axis=1, prepend=absent) != 0)).sum(1)
+
+
 class Task(ABC):
     """Fixed-length integer sequences (B, L): x = seq[:, :-1], y = seq[:, 1:] where scored, else -1."""
 
@@ -307,8 +313,7 @@ class Retrieval(StreamTask):
 
     def chance(self):
         """Guessing among the distinct values of the context: recall that knows the answer is one of them, not which."""
-        values = np.sort(self.test[:, 1:2 * self.n:2], axis=1)  # (rows, N), 0 where no pair
-        return float(np.mean(1 / ((values > 0) & (np.diff(values, axis=1, prepend=0) != 0)).sum(1)))
+        return float(np.mean(1 / distinct_per_row(self.test[:, 1:2 * self.n:2], absent=0)))  # 0: no pair there
 
 
 class Induction(StreamTask):
@@ -397,8 +402,7 @@ class MQAR(StreamTask):
         answers[np.arange(self.n) < pairs[:, None]] = self.test[:, 1:][scored]  # row by row, in query order
         shares = []
         for i in range(self.n):  # the i-th query: the values of queries i.. are left
-            rest = np.sort(answers[:, i:], axis=1)
-            shares.append(1 / ((rest >= 0) & (np.diff(rest, axis=1, prepend=-1) != 0)).sum(1)[pairs > i])
+            shares.append(1 / distinct_per_row(answers[:, i:], absent=-1)[pairs > i])
         return float(np.concatenate(shares).mean())
 
 

@@ -636,8 +636,9 @@ def test_causal_mixing_in_blocks_is_the_dense_product(t):
 @pytest.mark.parametrize("attn", ["mixing", "learned_mixing", "smfl"])
 def test_models_mix_in_blocks_as_densely(monkeypatch, attn):
     """Blocks of 4 rows (the model's are MIX_BLOCK) against one dense product: the same logits and gradients in
-    training, the same cached generation; learned mixing's future entries still get no gradient."""
-    model = tiny_model(attn=attn, block_size=16, n_layer=4, init_std=0.1)
+    training (in float64, so that only the order of the sums differs), the same cached generation; learned mixing's
+    future entries still get no gradient."""
+    model = tiny_model(attn=attn, block_size=16, n_layer=4, init_std=0.1).double()
     idx = torch.randint(0, 32, (2, 16))
 
     def logits_and_grads(block):
@@ -647,8 +648,8 @@ def test_models_mix_in_blocks_as_densely(monkeypatch, attn):
         return model(idx)[0], {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
     (dense, dense_grads), (blocked, grads) = logits_and_grads(16), logits_and_grads(4)
-    assert torch.allclose(blocked, dense, atol=1e-5) and grads.keys() == dense_grads.keys()
-    assert all(torch.allclose(grads[n], dense_grads[n], rtol=1e-4, atol=1e-6) for n in grads)
+    assert torch.allclose(blocked, dense, atol=1e-12) and grads.keys() == dense_grads.keys()
+    assert all(torch.allclose(grads[n], dense_grads[n], rtol=1e-9, atol=1e-12) for n in grads)
     assert all(not b.attn.mixing.grad.triu(1).any() for b in model.blocks if b.attn.kind == "learned_mixing")
     prompt = torch.randint(0, 32, (2, 3))
     assert torch.equal(model.generate(prompt, 20, top_k=1), model.generate(prompt, 20, top_k=1, use_cache=False))
@@ -2098,6 +2099,29 @@ def test_cpu_run_writes_every_table(tmp_path, capsys):
     assert "| 128 | 4 |" in md  # the sweep row with its ratios
     assert (out / "sweep.png").stat().st_size > 0
     assert "## Context sweep" in capsys.readouterr().out  # the tables are printed too
+
+
+def test_op_part_times_blocks_against_dense_and_softmax(tmp_path, monkeypatch):
+    """The attention op alone at each T (block 4 here: T = 3, 8, 10 below, at twice and not at a multiple of it) and a
+    training step in blocks against the dense one; MIX_BLOCK is the model's again afterwards."""
+    monkeypatch.setitem(bench.SIZES["tiny"], "op", (1, 2, 4, (3, 8, 10)))
+    monkeypatch.setitem(bench.SIZES["tiny"], "step", (1, 16, 2, 10, 2, 1, 32))
+    monkeypatch.setattr(mixit, "MIX_BLOCK", 4)
+    monkeypatch.setattr(bench.benchmark.Timer, "blocked_autorange", lambda self, min_run_time: types.SimpleNamespace(
+        median=self.timeit(2).median))  # two calls are enough to check the plumbing
+    out = tmp_path / "b"
+    assert cli(bench.main, ["--device=cpu", "--parts=op", "--steps=1", "--repeats=2", "--warmup=1",
+                            f"--out_dir={out}"]) == 0
+    results = json.loads((out / "bench.json").read_text())
+    assert [r["T"] for r in results["op"]] == [3, 8, 10] and mixit.MIX_BLOCK == 4
+    for row in results["op"]:
+        assert all(row[name]["ms"] > 0 and len(row[name]["ms_all"]) == 2 for name in bench.OPS)
+        assert row["block_speedup"] == pytest.approx(row["mixing dense"]["ms"] / row["mixing"]["ms"])
+        assert row["mixing"]["gflops"] == pytest.approx(2 * 2 * row["T"] * (row["T"] + 1) * 4 / row["mixing"]["ms"] / 1e6)
+    step = results["step"]
+    assert step["block"] == 4 and step["block_size"] == 10 and len(step["ms_all"]["dense"]) == 2
+    assert step["speedup"] == pytest.approx(step["dense_ms"] / step["blocks_ms"])
+    assert "## The attention op" in (out / "bench.md").read_text()
 
 
 def test_build_part_measures_mixit_at_long_context(tmp_path, monkeypatch):

@@ -21,6 +21,13 @@
 # up to 4 characters, so training never sees a query there; at N = 30 such rows are 3 % of the test set):
 #   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_8,dyck_16,dyck_30 --attn=softmax,mixing \
 #       --out_dir=out/dyck_cpu
+# then MixiT on dyck_16 with 64 heads, at lr 1e-3, and 4x longer:
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_16 --attn=mixing --mixing_heads=64 \
+#       --out_dir=out/dyck_cpu_h64
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_16 --attn=mixing --learning_rate=1e-3 \
+#       --out_dir=out/dyck_cpu_lr
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_16 --attn=mixing --max_iters=6000 \
+#       --out_dir=out/dyck_cpu_long
 task = "addition_3,modadd_47,memorize_32,dyck_8"
 out_dir = "out/arithmetic_cpu"
 n_layer = 2

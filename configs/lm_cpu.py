@@ -6,6 +6,10 @@
 # Training: 180 steps of 32 sequences, lr 3e-3.
 #   python prepare.py wikitext2 --src=PATH/wikitext-2 --tokenizer=bytes --name=wikitext2_bytes   # once
 #   python train.py configs/lm_cpu.py --attn=all --seeds=3
+# MixiT as the reference's LM launchers run it (depth_alpha 1: residual h + (4/4) f(h) here, no identity in the
+# matrix; then with their c- = +1 too):
+#   python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --depth_alpha=1.0 --out_dir=out/lm_cpu_alpha
+#   python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --depth_alpha=1.0 --cminus=1.0 --out_dir=out/lm_cpu_launcher
 # (without an offline copy, drop --src: prepare.py downloads WikiText-2.) configs/wikitext2_bpe_cpu.py is the
 # GPT-2 BPE version of this run, configs/lm_paper.py the paper's setup.
 task = "wikitext2_bytes"
