@@ -4,6 +4,7 @@ the real-data tests use ../shared/data and are skipped, with the reason, where i
 
     python -m pytest -q
 """
+import gc
 import hashlib
 import json
 import math
@@ -1477,7 +1478,9 @@ def count_ddp_broadcasts(rank, store_path, results):
         dist._broadcast_coalesced = broadcast
         grads = [p.grad.double().sum().item() for p in model.parameters()]
         results.put((rank, ours, len(broadcasts), grads, common.fingerprint(model)))
-    finally:
+    finally:  # as common.teardown: no DDP wrapper may outlive the group into interpreter shutdown (it can abort)
+        ddp = plain = None
+        gc.collect()
         dist.destroy_process_group()
 
 
