@@ -637,8 +637,8 @@ def test_causal_mixing_in_blocks_is_the_dense_product(t):
 @pytest.mark.parametrize("attn", ["mixing", "learned_mixing", "smfl"])
 def test_models_mix_in_blocks_as_densely(monkeypatch, attn):
     """Blocks of 4 rows (the model's are MIX_BLOCK) against one dense product: the same logits and gradients in
-    training (in float64, so that only the order of the sums differs), the same cached generation; learned mixing's
-    future entries still get no gradient."""
+    training (in float64: the order of the sums then moves nothing that RMSNorm's float32 statistics would see), the
+    same cached generation; learned mixing's future entries still get no gradient."""
     model = tiny_model(attn=attn, block_size=16, n_layer=4, init_std=0.1).double()
     idx = torch.randint(0, 32, (2, 16))
 
