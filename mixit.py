@@ -24,7 +24,6 @@ FREEZES = ("", "mlp", "blocks")
 QK_INITS = ("paper", "reference")
 PARAMETRIZATIONS = ("auto", "mixit", "standard")
 POOLS, PADS, CENTRINGS = ("mean", "last"), ("masked", "attended"), ("mean", "reference")  # classifier options
-MIX_BLOCK = 256  # causal mixing: rows multiplied together, each block only by the columns up to its last row
 
 
 @dataclass
@@ -55,6 +54,7 @@ class MixiTConfig:
     centring: str = "mean"  # non-causal mixing: rows centred on their mean | reference: row sum / (i+1), rows off 1
     depth_alpha: float = 0.0  # > 0: every model h = h + (base_depth/n_layer)^alpha f(h), MixiT's A without I
     base_depth: float = 4.0
+    mix_block: int = 256  # causal mixing: rows multiplied together, each block only by the columns up to its last row
 
     @property
     def layer_attn(self):
@@ -69,7 +69,7 @@ class MixiTConfig:
 
     def validate(self):
         """Raise ValueError naming what is valid."""
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mix_block"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.attn not in ATTNS and (len(self.attn) != self.n_layer or set(self.attn) - set(LETTERS)):
@@ -216,6 +216,7 @@ class Attention(nn.Module):
         super().__init__()
         C, H = config.n_embd, config.n_head
         self.n_head, self.head_dim, self.layer, self.causal = H, C // H, layer, config.causal
+        self.mix_block = config.mix_block if config.causal else config.block_size  # non-causal: one product
         self.kind = config.layer_attn[layer]
         if self.kind == "softmax":
             self.qkv = Linear(C, 3 * C, config.bias)  # W_Q, W_K, W_V in one matmul
@@ -262,7 +263,7 @@ class Attention(nn.Module):
             if cache is not None:
                 _, v = cache.update(self.layer, None, v)
             P = self.mixing_rows(pos, t).to(v.dtype)  # A V = V + (A - I) V: the causal zeros skipped a block at a time
-            y = v[:, :, -t:] + causal_mix(P, v, MIX_BLOCK if self.causal else t)
+            y = v[:, :, -t:] + causal_mix(P, v, self.mix_block)
         else:
             q, k, v = self.qkv_heads(x, pos)
             if cache is not None:

@@ -635,15 +635,16 @@ def test_causal_mixing_in_blocks_is_the_dense_product(t):
 
 
 @pytest.mark.parametrize("attn", ["mixing", "learned_mixing", "smfl"])
-def test_models_mix_in_blocks_as_densely(monkeypatch, attn):
-    """Blocks of 4 rows (the model's are MIX_BLOCK) against one dense product: the same logits and gradients in
+def test_models_mix_in_blocks_as_densely(attn):
+    """Blocks of 4 rows (the model's are config.mix_block) against one dense product: the same logits and gradients in
     training (in float64: the order of the sums then moves nothing that RMSNorm's float32 statistics would see), the
     same cached generation; learned mixing's future entries still get no gradient."""
     model = tiny_model(attn=attn, block_size=16, n_layer=4, init_std=0.1).double()
     idx = torch.randint(0, 32, (2, 16))
 
     def logits_and_grads(block):
-        monkeypatch.setattr(mixit, "MIX_BLOCK", block)
+        for b in model.blocks:
+            b.attn.mix_block = block
         model.zero_grad()
         model(idx, idx.roll(-1, 1))[1].backward()
         return model(idx)[0], {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
