@@ -19,18 +19,19 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
+from contextlib import redirect_stderr, redirect_stdout
 
 import torch
 from torch.nn import functional as F
 from torch.utils import benchmark
 
-import mixit
-from common import (COLORS, ConfigError, OneOf, TrainingError, cli, configure, defaults_of, non_negative, positive,
-                    peak_flops, pyplot, save_checkpoint, setup, teardown)
+import train
+from common import (ConfigError, OneOf, TrainingError, cli, configure, defaults_of, non_negative, peak_flops, positive,
+                    save_checkpoint, setup, teardown, write_atomic)
 from mixit import ATTNS, MixiT, MixiTConfig, causal_mix, mixing_matrix
+from report import plot_sweep, read_json, table
 
 # -----------------------------------------------------------------------------
 out_dir = "out_bench"
@@ -46,24 +47,32 @@ warmup = 0  # untimed steps first, compilation included (0: 3 paper, 1 tiny)
 profile_steps = 3  # optimizer steps under torch.profiler, per variant, at the first shape
 smoke_task = "addition_3"
 smoke_iters = 0  # train.py steps per variant (0: 200 paper, 20 tiny)
+mix_block = MixiTConfig.mix_block  # the op part: MixiT's causal product in blocks of this many rows
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 PARTS = ("calib", "build", "train", "sweep", "op", "profile", "smoke")
 RULES = {"size": OneOf(("auto", "paper", "tiny")), "dtype": OneOf(("auto", "float32", "bfloat16")),
-         "compile": OneOf(("auto", True, False)),
-         "profile_steps": positive, **dict.fromkeys(("steps", "repeats", "warmup", "smoke_iters"), non_negative)}
-SHAPE = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "accum", "vocab_size")  # accum: micro-batches
-SIZES = {  # shapes as SHAPE; sweep: the same but a list of T and the tokens per step (batch = tokens // T); build:
-    # MixiT at long context (n_layer, n_embd, n_head, block_size, vocab_size); op: the attention op alone (batch, heads,
-    # head size, a list of T); step: MixiT's causal product in blocks against one dense product, a shape as SHAPE
-    "paper": dict(steps=50, repeats=5, warmup=3, smoke_iters=200,
-                  shapes={"lm_paper": (12, 512, 8, 256, 64, 8, 50304), "gpt2_small": (12, 768, 12, 1024, 16, 1, 50304)},
-                  sweep=(12, 768, 12, (256, 512, 1024, 2048, 4096), 16384, 50304), build=(12, 512, 8, 4096, 50304),
-                  op=(16, 12, 64, (256, 512, 1024, 2048, 4096, 8192)), step=(12, 768, 12, 4096, 4, 1, 50304)),
-    "tiny": dict(steps=5, repeats=2, warmup=1, smoke_iters=20,
-                 shapes={"lm_tiny": (2, 128, 4, 64, 8, 2, 512), "gpt2_tiny": (2, 128, 4, 128, 4, 1, 512)},
-                 sweep=(2, 128, 4, (64, 128, 256), 512, 512), build=(12, 256, 8, 4096, 512),
-                 op=(4, 8, 32, (64, 128, 256, 512, 1024, 2048, 4096)), step=(2, 256, 8, 2048, 2, 1, 512)),
+         "compile": OneOf(("auto", True, False)), "profile_steps": positive, "mix_block": positive,
+         **dict.fromkeys(("steps", "repeats", "warmup", "smoke_iters"), non_negative)}
+SHAPE = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "accum", "vocab_size")  # a training shape's keys
+LM = dict(n_layer=12, n_embd=512, n_head=8, vocab_size=50304)  # the paper's language models
+GPT2 = dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50304)  # GPT-2 small
+SMALL = dict(n_layer=2, n_embd=128, n_head=4, vocab_size=512)
+SIZES = {  # shapes: training shapes, a model's (MixiTConfig fields) and batch_size x accum micro-batches a step;
+    # sweep: a model at each T in Ts, tokens per step (batch = tokens // T); build: MixiT at long context; op: the
+    # attention op alone; step: MixiT's causal product in blocks against one dense product, a training shape
+    "paper": dict(steps=50, repeats=5, warmup=3, smoke_iters=200, build=dict(LM, block_size=4096),
+                  shapes={"lm_paper": dict(LM, block_size=256, batch_size=64, accum=8),
+                          "gpt2_small": dict(GPT2, block_size=1024, batch_size=16, accum=1)},
+                  sweep=dict(model=GPT2, Ts=(256, 512, 1024, 2048, 4096), tokens=16384),
+                  op=dict(batch=16, heads=12, head_size=64, Ts=(256, 512, 1024, 2048, 4096, 8192)),
+                  step=dict(GPT2, block_size=4096, batch_size=4, accum=1)),
+    "tiny": dict(steps=5, repeats=2, warmup=1, smoke_iters=20, sweep=dict(model=SMALL, Ts=(64, 128, 256), tokens=512),
+                 shapes={"lm_tiny": dict(SMALL, block_size=64, batch_size=8, accum=2),
+                         "gpt2_tiny": dict(SMALL, block_size=128, batch_size=4, accum=1)},
+                 build=dict(n_layer=12, n_embd=256, n_head=8, block_size=4096, vocab_size=512),
+                 op=dict(batch=4, heads=8, head_size=32, Ts=(64, 128, 256, 512, 1024, 2048, 4096)),
+                 step=dict(SMALL, n_embd=256, n_head=8, block_size=2048, batch_size=2, accum=1)),
 }
 
 
@@ -95,8 +104,9 @@ def build_costs(env, config, out):
     """MixiT's fixed matrices at long context: the time and host memory of building the model on this device, and
     on the meta device (a stand-in for a GPU on a machine without one: what a build leaves on the host); the size of
     its checkpoint beside a softmax model's of the same width."""
-    L, C, H, T, V = SIZES[config["size"]]["build"]
-    cfg = lambda attn: MixiTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C, attn=attn)
+    shape = SIZES[config["size"]]["build"]
+    L, C, H, T = (shape[k] for k in ("n_layer", "n_embd", "n_head", "block_size"))
+    cfg = lambda attn: MixiTConfig(**shape, attn=attn)
     rows = []
     for device in dict.fromkeys((env.device, torch.device("meta"))):
         gc.collect()
@@ -149,14 +159,15 @@ def calibrate(env, peak):
 
 
 def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_steps=0, profile_to=None):
-    """Time optimizer steps of one variant at shape (a dict of SHAPE): a row of the table. With profile_to,
-    profile_steps more steps run under torch.profiler, whose table goes to that file (row['profile'])."""
+    """Time optimizer steps of one variant at shape (SHAPE's keys, and any other MixiTConfig field): a row of the
+    table. With profile_to, profile_steps more steps run under torch.profiler, whose table goes to that file
+    (row['profile'])."""
     B, A, T, V = (shape[k] for k in ("batch_size", "accum", "block_size", "vocab_size"))
     torch._dynamo.reset()  # the last model's compiled graphs go: each compiles afresh, no recompile limit is met
     gc.collect()
     peak_memory(env, reset=True)
     t0 = time.perf_counter()
-    model = MixiT(MixiTConfig(**{k: shape[k] for k in SHAPE if k not in ("batch_size", "accum")}, attn=attn),
+    model = MixiT(MixiTConfig(**{k: v for k, v in shape.items() if k not in ("batch_size", "accum")}, attn=attn),
                   env.device, env.dtype)
     sync(env)
     build_s = time.perf_counter() - t0
@@ -220,12 +231,12 @@ def profile(env, step, n, path, title):
 def sweep(env, config, timed):
     """Tokens/s of every variant as the context grows, at a fixed number of tokens per step; rows already
     timed at the same shape (timed) are reused."""
-    n_layer, n_embd, n_head, Ts, tokens, vocab = SIZES[config["size"]]["sweep"]
-    reuse, rows = {(r["attn"], *(r[k] for k in SHAPE)): r for r in timed}, []
-    for T in Ts:
-        shape = dict(zip(SHAPE, (n_layer, n_embd, n_head, T, max(1, tokens // T), 1, vocab)))
+    s, key = SIZES[config["size"]]["sweep"], lambda r: (r["attn"], *(r[k] for k in SHAPE))
+    reuse, rows = {key(r): r for r in timed}, []
+    for T in s["Ts"]:
+        shape = dict(s["model"], block_size=T, batch_size=max(1, s["tokens"] // T), accum=1)
         for a in config["attns"]:
-            rows.append(reuse.get((a, *shape.values())) or time_training(
+            rows.append(reuse.get(key({"attn": a, **shape})) or time_training(
                 env, shape, a, max(1, config["steps"] // 5), config["repeats"], config["warmup"], config["compile"]))
             print(f"  sweep T={T} {a}: {rows[-1]['tok_s_median']:,.0f} tok/s (built in {rows[-1]['build_s']:.1f} s, "
                   f"warm-up {rows[-1]['warmup_s']:.1f} s)", flush=True)
@@ -238,23 +249,23 @@ PRODUCTS = {"softmax": 6, "mixing": 2, "mixing dense": 2}  # causal (T, T) x (T,
 
 def mixing_op(env, config):
     """The attention op alone, forward and backward, as the context grows: causal softmax (SDPA, flash on a GPU),
-    MixiT's causal product MIX_BLOCK rows at a time, and the dense product (all T rows at once); repeats interleaved.
+    MixiT's causal product mix_block rows at a time, and the dense product (all T rows at once); repeats interleaved.
     Achieved FLOP/s counts the work a causal op needs: the dense product does twice that."""
-    B, H, hd, Ts = SIZES[config["size"]]["op"]
+    B, H, hd, Ts = (SIZES[config["size"]]["op"][k] for k in ("batch", "heads", "head_size", "Ts"))
     rows = []
     for T in Ts:
         make = lambda: torch.randn(B, H, T, hd, device=env.device, dtype=env.dtype, requires_grad=True)
         q, k, v, grad = make(), make(), make(), make().detach()
         P = mixing_matrix(T, H, hd, device=env.device).to(env.dtype)
         fns = {"softmax": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-               "mixing": lambda: causal_mix(P, v, mixit.MIX_BLOCK), "mixing dense": lambda: causal_mix(P, v, T)}
+               "mixing": lambda: causal_mix(P, v, config["mix_block"]), "mixing dense": lambda: causal_mix(P, v, T)}
         fns = {name: torch.compile(fn) if config["compile"] else fn for name, fn in fns.items()}
         times = {name: [] for name in OPS}
         for _ in range(config["repeats"]):  # each a median of back-to-back calls over 0.2 s (torch.utils.benchmark)
             for name in OPS:
                 timer = benchmark.Timer("fn().backward(grad)", globals={"fn": fns[name], "grad": grad})
                 times[name].append(timer.blocked_autorange(min_run_time=0.2).median)
-        row = {"T": T, "batch": B, "heads": H, "head_size": hd, "block": mixit.MIX_BLOCK}
+        row = {"T": T, "batch": B, "heads": H, "head_size": hd, "block": config["mix_block"]}
         for name in OPS:
             ms = 1e3 * statistics.median(times[name])
             row[name] = {"ms": ms, "gflops": PRODUCTS[name] * B * H * T * (T + 1) * hd / ms / 1e6,
@@ -269,55 +280,43 @@ def mixing_op(env, config):
 
 
 def block_step(env, config):
-    """A MixiT training step with its causal product in blocks of MIX_BLOCK rows against one dense product (the
-    block set to T), the same shape, repeats interleaved."""
-    shape, block = dict(zip(SHAPE, SIZES[config["size"]]["step"])), mixit.MIX_BLOCK
-    runs = {"dense": [], "blocks": []}
-    try:
-        for _ in range(config["repeats"]):
-            for name, mixit.MIX_BLOCK in (("dense", shape["block_size"]), ("blocks", block)):
-                runs[name].append(time_training(env, shape, "mixing", config["steps"], 1, config["warmup"],
-                                                config["compile"])["ms_median"])
-    finally:
-        mixit.MIX_BLOCK = block
+    """A MixiT training step with its causal product in blocks of mix_block rows against one dense product (a block of
+    T rows), the same shape, repeats interleaved."""
+    shape, block = SIZES[config["size"]]["step"], config["mix_block"]
+    shapes = {"dense": dict(shape, mix_block=shape["block_size"]), "blocks": dict(shape, mix_block=block)}
+    runs = {name: [] for name in shapes}
+    for _ in range(config["repeats"]):
+        for name, s in shapes.items():
+            runs[name].append(time_training(env, s, "mixing", config["steps"], 1, config["warmup"],
+                                            config["compile"])["ms_median"])
     return {**shape, "block": block, **{f"{n}_ms": statistics.median(ms) for n, ms in runs.items()}, "ms_all": runs,
             "speedup": statistics.median(runs["dense"]) / statistics.median(runs["blocks"])}
 
 
 def smoke(env, config, attn, out):
-    """A short train.py run of one variant, in a subprocess: its final metrics and wall time."""
+    """A short train.py run of one variant, in this process (its output in smoke_<variant>.log): its final metrics
+    and wall time."""
     run_dir, n = os.path.join(out, f"smoke_{attn}"), config["smoke_iters"]
-    if env.device_type == "cuda":
-        torch.cuda.empty_cache()  # the GPU memory this process keeps cached, for train.py
-    cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"),
-           f"--task={config['smoke_task']}", f"--attn={attn}", f"--max_iters={n}", f"--eval_interval={n}",
-           f"--log_interval={max(1, n // 4)}", f"--device={env.device}", f"--dtype={config['dtype']}",
-           f"--compile={config['compile']}", f"--out_dir={run_dir}"]
+    args = [f"--task={config['smoke_task']}", f"--attn={attn}", f"--max_iters={n}", f"--eval_interval={n}",
+            f"--log_interval={max(1, n // 4)}", f"--device={env.device}", f"--dtype={config['dtype']}",
+            f"--compile={config['compile']}", f"--out_dir={run_dir}"]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    row = {"attn": attn, "task": config["smoke_task"], "iters": n, "wall_s": time.perf_counter() - t0,
-           "status": "ok" if proc.returncode == 0 else f"exit {proc.returncode}: "
-                     + (proc.stderr.strip().splitlines() or [""])[-1][:200], "command": " ".join(cmd)}
-    with open(run_dir + ".log", "w") as f:
-        f.write(proc.stdout + proc.stderr)
+    with open(run_dir + ".log", "w") as log, redirect_stdout(log), redirect_stderr(log):
+        status = cli(train.main, args)
+    row = {"attn": attn, "task": config["smoke_task"], "iters": n, "wall_s": time.perf_counter() - t0, "status": "ok",
+           "command": "python train.py " + " ".join(args)}
+    if status:
+        with open(run_dir + ".log") as log:  # its last line says why
+            row["status"] = f"exit {status}: " + (log.read().strip().splitlines() or [""])[-1][:200]
     try:
-        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-            row.update({k: v for k, v in json.loads(f.readlines()[-1]).items() if k != "val_acc_pos"})
-    except (OSError, IndexError, ValueError):
+        final = read_json(os.path.join(run_dir, "metrics.jsonl"), lines=True)[-1]
+        row.update({k: v for k, v in final.items() if k != "val_acc_pos"})
+    except ConfigError:
         pass  # no eval written: the status says why
     return row
 
 
 # ----------------------------------------------------------------------------- the report
-
-def table(rows, columns):
-    """A markdown table of rows (dicts): columns maps each heading to a key (or a function of the row)."""
-    fmt = lambda v: "" if v is None else f"{v:,.0f}" if isinstance(v, float) and abs(v) >= 100 else \
-        f"{v:.3g}" if isinstance(v, float) else str(v)
-    get = lambda r, k: k(r) if callable(k) else r.get(k)
-    return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-                     + ["| " + " | ".join(fmt(get(r, k)) for k in columns.values()) + " |" for r in rows]) + "\n"
-
 
 def describe(s):
     return (f"{s['n_layer']} layers, width {s['n_embd']}, {s['n_head']} heads, T={s['block_size']}, batch "
@@ -348,11 +347,9 @@ def report(results, env):
                 "host, in units of one layer's matrices plus the parameters. Checkpoints hold the parameters and "
                 "AdamW's state, not the matrices.\n",
                 table(results["build"], {"device": "device", "layers": "layers", "width": "width", "heads": "heads",
-                                         "T": "T", "build s": "build_s", "matrices MiB": "matrices_mib",
-                                         "one layer MiB": "layer_mib", "params MiB": "params_mib",
-                                         "host peak MiB": "host_peak_mib",
-                                         "host peak over model": "host_peak_over_model",
-                                         "ckpt MiB": "ckpt_mixing_mib", "softmax ckpt MiB": "ckpt_softmax_mib"})]
+                      "T": "T", "build s": "build_s", "matrices MiB": "matrices_mib", "one layer MiB": "layer_mib",
+                      "params MiB": "params_mib", "host peak MiB": "host_peak_mib", "host peak over model":
+                      "host_peak_over_model", "ckpt MiB": "ckpt_mixing_mib", "softmax ckpt MiB": "ckpt_softmax_mib"})]
     if "train" in results:
         out.append(f"## Training steps\n\n{cfg['steps']} timed optimizer steps x {cfg['repeats']} repeats after "
                    f"{cfg['warmup']} warm-up steps: the median (and min) of the repeats. Peak memory: "
@@ -401,36 +398,11 @@ def sweep_points(rows):
     return points
 
 
-def plot_sweep(rows, path):
-    plt, points = pyplot(), sweep_points(rows)
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    Ts = [p["T"] for p in points]
-    for a in dict.fromkeys(r["attn"] for r in rows):
-        ax.plot(Ts, [p.get(a) for p in points], "o-", color=COLORS[a], label=a)
-    if "speed_ratio" in points[0]:
-        ax2.plot(Ts, [p["speed_ratio"] for p in points], "o-", color=COLORS["mixing"], label="measured speed ratio")
-        ax2.plot(Ts, [p["flop_ratio"] for p in points], "s--", color="gray", label="FLOP ratio softmax / mixing")
-    ax.set(ylabel="training tokens/s", ylim=(0, None), title=f"{rows[0]['n_layer']} layers, width "
-           f"{rows[0]['n_embd']}, {rows[0]['tokens_per_step']:,} tokens per step")
-    ax2.set(ylabel="mixing over softmax", title="MixiT's speed-up")
-    for a in (ax, ax2):
-        a.set(xscale="log", xlabel="context length T")
-        a.set_xticks(Ts, [str(T) for T in Ts])
-        a.minorticks_off()
-        a.grid(alpha=0.3)
-        if a.lines:
-            a.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def write(results, env, out):
+    """bench.md and bench.json, rewritten whole (atomically); returns bench.md's text."""
     text = report(results, env)
-    with open(os.path.join(out, "bench.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(out, "bench.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    write_atomic(os.path.join(out, "bench.md"), lambda f: f.write(text.encode()))
+    write_atomic(os.path.join(out, "bench.json"), lambda f: f.write(json.dumps(results, indent=1).encode()))
     return text
 
 
@@ -474,8 +446,7 @@ def main(argv):
         raise ConfigError(f"out_dir={out} cannot be made ({e.strerror})") from None
     peak = peak_flops(env.device, env.dtype)
     results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "env": env.describe(), "config": config,
-               "peak_tflops": peak and peak / 1e12,
-               "shapes": {name: dict(zip(SHAPE, s)) for name, s in SIZES[size]["shapes"].items()}}
+               "peak_tflops": peak and peak / 1e12, "shapes": SIZES[size]["shapes"]}
     print(f"{env.describe()}, compile {config['compile']}, size {size}: writing {out}", flush=True)
     t_start = time.perf_counter()
     try:
@@ -488,7 +459,7 @@ def main(argv):
             train_and_profile(env, config, wanted, results, out)
         if "sweep" in wanted:
             results["sweep"] = sweep(env, config, results.get("train", []))
-            plot_sweep(results["sweep"], os.path.join(out, "sweep.png"))
+            plot_sweep(sweep_points(results["sweep"]), results["sweep"][0], os.path.join(out, "sweep.png"))
             write(results, env, out)
         if "op" in wanted:
             results["op"], results["step"] = mixing_op(env, config), block_step(env, config)

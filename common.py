@@ -1,13 +1,13 @@
 """
-What every mixit script shares and the model does not need: the configurator, the device, dtype and
-process set-up, the peak FLOP/s of the hardware, checkpoints, and the reports and plots of a comparison.
+What every mixit script shares and the model does not need: the command line and its errors, the configurator,
+the device, dtype and process set-up, the peak FLOP/s of the hardware, and checkpoints. The reports and plots of
+a comparison are report.py's.
 """
 import ast
 import datetime
 import functools
 import gc
 import hashlib
-import json
 import os
 import signal
 import sys
@@ -15,11 +15,10 @@ import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
-from mixit import ATTNS, LETTERS, MIXING, MixiT, MixiTConfig
+from mixit import MixiT, MixiTConfig
 
 # ----------------------------------------------------------------------------- errors and the command line
 
@@ -68,6 +67,11 @@ def cli(main, argv):
     except Interrupted as e:
         return 128 + e.args[0]
     return 0
+
+
+def format_time(seconds):
+    m, s = divmod(int(seconds), 60)
+    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -374,9 +378,9 @@ def fingerprint(model):
 def check_fingerprint(model, ckpt, path):
     """The mixing matrices rebuilt from the seed must be those the checkpoint trained with (to bfloat16's precision:
     another generator differs everywhere by the noise itself)."""
-    rebuilt = fingerprint(model)
-    saved = ckpt.get("fingerprint", [[]] * len(rebuilt))
-    for layer, (a, b) in enumerate(zip(saved, rebuilt)):
+    saved = ckpt.get("fingerprint") or []  # a layer it has no entry for has nothing to compare: refused
+    for layer, b in enumerate(fingerprint(model)):
+        a = saved[layer] if layer < len(saved) else None
         if b is not None and not (a and torch.allclose(torch.tensor(a), torch.tensor(b), rtol=1e-2, atol=1e-4)):
             raise ConfigError(f"{path}: the fixed mixing matrix of layer {layer} cannot be rebuilt here (its seed "
                               f"gives other values): the checkpoint comes from another version of mixit")
@@ -407,200 +411,5 @@ def save_checkpoint(path, model, optimizer, mconf, config, state):
     """A checkpoint, written atomically: a clean state dict (no fixed mixing matrices: their fingerprint), tensors
     and plain values only, so torch.load(weights_only=True) reads it and runs no code."""
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": asdict(mconf),
-            "fingerprint": fingerprint(model), "config": config, **state, "rng": {"torch": torch.get_rng_state()}}
-    if torch.cuda.is_available():
-        ckpt["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+            "fingerprint": fingerprint(model), "config": config, **state}  # no RNG state: training draws none
     write_atomic(path, lambda f: torch.save(ckpt, f))
-
-
-# ----------------------------------------------------------------------------- reports of a comparison
-
-
-def describe_model(m):
-    """What tells variants apart: shape, heads, each layer's attention, the parametrization, frozen W_Q, W_K's init."""
-    parts = [f"{m.n_layer} layers x {m.n_embd}, {m.n_head} heads"]
-    if m.attn not in ATTNS:
-        parts.append("layers " + " ".join(m.layer_attn))
-    parts.append(f"MixiT parametrization (multipliers base {m.base_width:g}, skip {m.skip:.3g}, c- {m.cminus:g})"
-                 if m.mixit_param else "standard parametrization")
-    if "frozen_qk" in m.layer_attn:
-        parts.append("frozen W_Q, W_K ~ " + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
-    if m.depth_alpha:
-        parts.append(f"residual (base depth {m.base_depth:g} / layers)^{m.depth_alpha:g}")
-    if m.n_classes:
-        mixing = not m.causal and any(a in MIXING for a in m.layer_attn)
-        parts.append(f"{m.pool} pooling, pads {m.pads}" + (f", {m.centring} centring" if mixing else ""))
-    return ", ".join(parts)
-
-
-def format_time(seconds):
-    m, s = divmod(int(seconds), 60)
-    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
-
-
-def summarize(runs, histories, label):
-    """Final metrics per (task, variant label): mean and sample standard deviation (n - 1) over seeds."""
-    groups = {}
-    for run, history in zip(runs, histories):
-        groups.setdefault((run["task"], label(run)), []).append((run, history[-1]))
-    table = []
-    for (task_name, variant), members in groups.items():
-        finals = [f for _, f in members]
-        keys = [k for k in finals[0] if not isinstance(finals[0][k], list) and k not in ("iter", "lr", "tokens")]
-        stats = {k: (float(np.mean([f[k] for f in finals])), float(np.std([f[k] for f in finals], ddof=1))
-                     if len(finals) > 1 else 0.0) for k in keys}
-        table.append({"task": task_name, "variant": variant, "model": members[0][0]["model"], "seeds": len(finals),
-                      "iter": finals[0]["iter"], **stats})
-    return table
-
-
-def markdown_table(table):
-    keys = list(dict.fromkeys(k for row in table for k in row if isinstance(row[k], tuple)))
-    cell = lambda v: "" if v is None else f"{v[0]:.4g}" + (f" ± {v[1]:.2g}" if v[1] else "")
-    lines = ["| task | variant | seeds | iters | " + " | ".join(keys) + " | model |", "|---" * (len(keys) + 5) + "|"]
-    lines += [f"| {row['task']} | {row['variant']} | {row['seeds']} | {row['iter']} | "
-              + " | ".join(cell(row.get(k)) for k in keys) + f" | {row['model']} |" for row in table]
-    return "\n".join(lines)
-
-
-def write_report(runs, histories, label, out_dir, env, seconds):
-    """Print the comparison's table; write results.md (the table), runs.json (every run's final metrics and cost),
-    compare.png and cost.png into out_dir."""
-    text = markdown_table(summarize(runs, histories, label))
-    env.print("\n" + text)
-    if not env.master:
-        return
-    seeds = sorted({r["seed"] for r in runs})
-    spread = f", mean ± sample std (n - 1) over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
-    header = f"# {', '.join(dict.fromkeys(r['task'] for r in runs))}\n\nFinal metrics{spread}. {len(runs)} runs in " \
-             f"{format_time(seconds)} on {env.describe()}.\n\n"
-    write_atomic(os.path.join(out_dir, "results.md"), lambda f: f.write((header + text + "\n").encode()))
-    finals = [{"task": r["task"], "variant": label(r), "attn": r["attn"], "freeze": r["freeze"], "seed": r["seed"],
-               "model": r["model"], "samples": h[-1]["iter"] * r["batch_size"] * r["gradient_accumulation_steps"],
-               **h[-1]} for r, h in zip(runs, histories)]
-    write_atomic(os.path.join(out_dir, "runs.json"), lambda f: f.write(json.dumps(finals, indent=1).encode()))
-    plot_comparison(runs, histories, label, os.path.join(out_dir, "compare.png"))
-    plot_cost(finals, os.path.join(out_dir, "cost.png"))
-    env.print(f"wrote {', '.join(os.path.join(out_dir, f) for f in ('results.md', 'compare.png', 'cost.png'))}")
-
-
-# ----------------------------------------------------------------------------- plots
-
-COLORS = {"softmax": "tab:blue", "frozen_qk": "tab:orange", "mixing": "tab:green", "learned_mixing": "tab:red"}
-PATTERN_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray"]  # hybrids, in turn
-FREEZE_STYLES = {"": "-", "mlp": "--", "blocks": ":"}
-
-
-def pyplot():
-    """matplotlib.pyplot drawing to files (no display needed)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-PANELS = {  # a panel: the metric, what runs along x (iter, flops or time; final: the last eval's list), title, y label
-    "val_acc": ("val_acc", "iter", "accuracy", "accuracy (fraction of answers)"),
-    "val_loss": ("val_loss", "iter", "evaluation loss", "cross-entropy"),
-    "induction_score": ("induction_score", "iter", "best head's induction score", "weight on the token after a match"),
-    "acc_flops": ("val_acc", "flops", "accuracy against training FLOPs", "accuracy"),
-    "acc_time": ("val_acc", "time", "accuracy against training time", "accuracy"),
-    "val_acc_pos": ("val_acc_pos", "final", "final accuracy per answer position", "accuracy"),
-    "val_acc_n": ("val_acc_n", "final", "final accuracy by number of pairs", "accuracy"),
-    "val_acc_at": ("val_acc_at", "final", "final accuracy by the answer's place", "accuracy"),
-    "induction_layers": ("induction_layers", "final", "final induction score per layer (best head)", "induction score")}
-X_LABELS = {"iter": "optimizer step", "flops": "training FLOPs", "time": "training time (s)",
-            "val_acc_pos": "answer position", "val_acc_n": "key-value pairs in the sequence", "induction_layers": "layer",
-            "val_acc_at": "position of the query (the answer follows it)"}
-LEVELS = {"val_acc": ("val_acc_chance", "dashed: chance"), "induction_score": ("induction_init", "dashed: at init")}
-
-
-def variant_colors(runs, label):
-    """A colour per variant label: its attention's (a hybrid's from a palette), shaded light to dark where several
-    variants share it (MixiT's head counts, unfreezing schedules)."""
-    import matplotlib.colors as mcolors
-    kind = lambda run: LETTERS.get(run["attn"][0]) if len(set(run["attn"])) == 1 else run["attn"]  # mmmm: mixing
-    patterns = list(dict.fromkeys(kind(r) for r in runs if kind(r) not in COLORS))
-    base = lambda r: COLORS.get(kind(r)) or PATTERN_COLORS[patterns.index(kind(r)) % len(PATTERN_COLORS)]
-    groups = {}
-    for run in runs:
-        groups.setdefault(base(run), {}).setdefault(label(run), run)
-    colors = {}
-    for color, members in groups.items():
-        for k, name in enumerate(members):
-            darkness = 1.0 if len(members) == 1 else 0.35 + 0.65 * k / (len(members) - 1)
-            colors[name] = tuple(1 - darkness * (1 - c) for c in mcolors.to_rgb(color))  # blended with white
-            if len(members) > 4:  # too many shades to tell apart: a colour map instead
-                colors[name] = pyplot().cm.viridis(k / (len(members) - 1))
-    return colors
-
-
-def plot_comparison(runs, histories, label, path):
-    """Per task: accuracy and loss against steps, the induction score, accuracy against training FLOPs and time
-    (where runs unfreeze), the final accuracy per answer position, by number of pairs and by place and the induction
-    score per layer (where measured); one colour per variant, mean over seeds with a band of ± the sample standard
-    deviation (for up to 6 variants); dashed, each score's chance level (LEVELS)."""
-    plt = pyplot()
-    tasks = list(dict.fromkeys(run["task"] for run in runs))
-    cost = any(run["unfreeze_at"] != "never" for run in runs)
-    panels = {t: [p for p, (key, x, *_) in PANELS.items() if (x not in ("flops", "time") or cost)
-                  and any(key in h[-1] for r, h in zip(runs, histories) if r["task"] == t)] for t in tasks}
-    ncols, colors = max(map(len, panels.values())), variant_colors(runs, label)
-    fig, axes = plt.subplots(len(tasks), ncols, figsize=(5.2 * ncols, 3.6 * len(tasks)), squeeze=False)
-    for row, task_name in zip(axes, tasks):
-        curves = {}
-        for run, history in zip(runs, histories):
-            if run["task"] == task_name:
-                curves.setdefault(label(run), (run, []))[1].append(history)
-        for ax, panel in zip(row, panels[task_name]):
-            key, x, title, ylabel = PANELS[panel]
-            for name, (run, hs) in curves.items():
-                values = np.array([h[-1][key] for h in hs] if x == "final" else [[m[key] for m in h] for h in hs])
-                xs = np.arange(values.shape[1]) + (key == "val_acc_n") if x == "final" else \
-                    np.mean([[m[x] for m in h] for h in hs], 0)  # measured times differ by seed: their mean
-                mean = values.mean(0)
-                ax.plot(xs, mean, FREEZE_STYLES[run["freeze"]], color=colors[name], label=name,
-                        marker="o" if x == "final" else None)
-                if len(hs) > 1 and len(curves) <= 6:  # more bands than that hide the curves
-                    std = values.std(0, ddof=1)
-                    ax.fill_between(xs, mean - std, mean + std, color=colors[name], alpha=0.2)
-                level, note = LEVELS.get(key, (None, ""))
-                if level in hs[0][-1]:  # what the score reads with no skill
-                    ax.axhline(np.mean([h[-1][level] for h in hs]), ls="--", lw=1,
-                               color="gray" if level == "val_acc_chance" else colors[name])  # a task's, a variant's
-                    title = f"{PANELS[panel][2]} ({note})"
-            ax.set(title=f"{task_name}: {title}", ylabel=ylabel, xlabel=X_LABELS[key if x == "final" else x])
-            if key != "val_loss":
-                ax.set_ylim(-0.02, 1.02)
-            if x == "final":
-                ax.xaxis.get_major_locator().set_params(integer=True)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        for ax in row[len(panels[task_name]):]:
-            ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_cost(finals, path):
-    """Final accuracy against training cost, one point per run: the training FLOPs, and the measured training time
-    per sample; a colour per variant, a marker per task, each task's chance level dashed."""
-    plt = pyplot()
-    colors, tasks = variant_colors(finals, lambda r: r["variant"]), list(dict.fromkeys(r["task"] for r in finals))
-    markers = {task: "os^DvP*Xh<>p"[k % 12] for k, task in enumerate(tasks)}
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), layout="constrained")
-    for ax, (what, cost) in zip(axes, (("training FLOPs", lambda r: r["flops"]),
-                                       ("training time per sample (ms)", lambda r: 1e3 * r["time"] / r["samples"]))):
-        for r in finals:
-            ax.scatter(cost(r), r["val_acc"], color=colors[r["variant"]], marker=markers[r["task"]], s=28, alpha=0.85)
-        for level in {r["val_acc_chance"] for r in finals if "val_acc_chance" in r}:  # each task's chance level
-            ax.axhline(level, color="gray", ls="--", lw=1)
-        ax.set(xscale="log", xlabel=what, ylabel="final accuracy", ylim=(-0.02, 1.02), title=f"accuracy against {what}")
-        ax.tick_params(axis="x", which="minor", labelbottom=False)
-        ax.grid(alpha=0.3)
-    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=v) for v, c in colors.items()]
-    handles += [plt.Line2D([], [], color="black", marker=m, ls="", label=t) for t, m in markers.items()]
-    fig.legend(handles=handles, loc="outside right upper", fontsize=7, ncols=1 + len(handles) // 25)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -1,6 +1,6 @@
 """
-Data for mixit: the algorithmic tasks, the readers of corpora prepared by prepare.py, the induction-head
-probes, and the evaluation of a model on a task (the metrics train.py logs).
+Data for mixit: the algorithmic tasks, the tokenizer and the readers of corpora prepared by prepare.py, the
+induction-head probes, and the evaluation of a model on a task (the metrics train.py logs).
 
 make_task(name) builds a task by its command-line name:
   addition_N   two N-digit numbers, digits reversed, and their sum      (arithmetic)
@@ -15,9 +15,12 @@ make_task(name) builds a task by its command-line name:
 A bare algorithmic name takes the default N. Every task gives batches (x, y) of LongTensors where
 y = -1 at the positions that are not scored, and a fixed evaluation split that no training batch repeats.
 """
+import base64
+import hashlib
 import json
 import math
 import os
+import threading
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -57,9 +60,8 @@ class Task(ABC):
 
     n_classes, causal, pad_id = 0, True, -1  # a language-model task over the task vocabulary
     val_split = "test"  # the split behind val_loss / val_acc
-    train_eval = False  # also report accuracy on the training split (train_acc)
-    exact_match = False  # also report whole-answer exact match (val_exact)
-    perplexity = False  # also report exp(val_loss) (val_ppl)
+    metrics = ()  # what the task reports beyond val_loss and val_acc (the names of eval_metrics' scores)
+    probe = None  # its induction score: 'induction' (on a segment and its repeat) or 'recall' (on its own queries)
 
     def __init__(self, name, vocab_size, seq_len):
         self.name, self.vocab_size, self.block_size = name, vocab_size, seq_len - 1
@@ -155,7 +157,7 @@ class Addition(StreamTask):
     the PAD after STOP."""
 
     PLUS, EQ, PAD, ANS, STOP = 10, 11, 12, 20, 30
-    exact_match = True
+    metrics = ("val_exact", "val_acc_pos")  # the whole answer, and each digit's place
 
     def __init__(self, n):
         self.n = n
@@ -194,6 +196,7 @@ class Dyck(StreamTask):
     0 PAD, 1 '(', 2 ')', 3 '?'; the answer is ')' if s is balanced else '('. Scored: the answer."""
 
     PAD, OPEN, CLOSE, QUERY = 0, 1, 2, 3
+    metrics = ("val_acc_at",)  # one answer a row: accuracy by where it falls (the query's position)
 
     def __init__(self, n):
         self.n = n
@@ -278,6 +281,8 @@ class Retrieval(StreamTask):
     vocab 512 = 2H: 0 PAD, values 1..H-1, key k is H+k, the query for key k is H+N+k.
     Scored: the value after the query, which needs content-based (input-dependent) attention."""
 
+    metrics, probe = ("val_acc_at",), "recall"
+
     def __init__(self, n, vocab_size=512):
         self.n, self.half = n, vocab_size // 2
         if 2 * n > self.half:
@@ -321,6 +326,8 @@ class Induction(StreamTask):
     (vocab 64, or 2N if larger). Scored: the 2nd..nth tokens of the repeat. The segment length varies,
     so the answer sits at no fixed offset: it must be found by content (an induction head)."""
 
+    metrics, probe = ("val_acc_pos",), "induction"
+
     def __init__(self, n):
         self.n = n
         super().__init__(f"induction_{n}", max(64, 2 * n), 2 * n)
@@ -361,6 +368,7 @@ class MQAR(StreamTask):
     once, in a random order. Scored: every answer, the value that followed the queried key."""
 
     PAD, VALUE = 0, 256  # keys 1..VALUE-1, value v is VALUE+v
+    metrics, probe = ("val_acc_pos", "val_acc_n"), "recall"  # val_acc_n: recall as the context fills
 
     def __init__(self, n):
         if n >= self.VALUE:
@@ -432,7 +440,7 @@ class TableTask(Task):
 class ModAdd(TableTask):
     """[a, b, (a+b) mod P] for all P^2 pairs, vocab P, 95% train / 5% test."""
 
-    train_eval = True
+    metrics = ("train_acc",)
 
     def __init__(self, p):
         a, b = np.divmod(np.arange(p * p), p)
@@ -443,7 +451,7 @@ class Memorize(TableTask):
     """[a, N+b, label] for all N^2 pairs with a random label in [0, N) (the reference's hdmemorize, d=2),
     vocab 2N. There is nothing to generalize to: accuracy is measured on the training set."""
 
-    val_split = "train"
+    val_split, metrics = "train", ("bits_per_param", "bits_ceiling")  # capacity: the label bits it holds
 
     def __init__(self, n):
         a, b = np.divmod(np.arange(n * n), n)
@@ -459,7 +467,7 @@ TASKS = {  # name -> (class, default N, smallest N)
 TASK_NAMES = ", ".join(f"{name}_{'P' if name == 'modadd' else 'N'}" for name in TASKS)
 
 
-# ============================================================================ prepared corpora
+# ============================================================================ the tokenizer and prepared corpora
 
 CORPUS_TASKS = ("wikitext103", "wikitext2", "tinyshakespeare", "text", "yelp_polarity", "sst2")
 
@@ -468,14 +476,98 @@ def padded_vocab(n):
     return (n + 63) // 64 * 64  # a multiple of 64: friendlier matmul shapes (50257 -> 50304)
 
 
+TOKENIZERS = ("gpt2", "bytes")
+
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+TIKTOKEN_TIMEOUT = 30  # seconds for tiktoken to find or download the GPT-2 BPE files
+
+
+class Tokenizer:
+    """encode / decode with an end-of-text token: GPT-2 BPE (tiktoken) or raw UTF-8 bytes."""
+
+    def __init__(self, name, bpe_dir=None):
+        if name not in TOKENIZERS:
+            raise ValueError(f"unknown tokenizer {name!r}; valid: {', '.join(TOKENIZERS)}")
+        self.name = name
+        if name == "bytes":
+            self.n_vocab, self.eot, self.enc = 257, 256, None
+            return
+        self.enc = gpt2_encoding(bpe_dir or os.environ.get("MIXIT_BPE_DIR"))
+        self.n_vocab, self.eot = self.enc.n_vocab, self.enc.eot_token
+
+    def encode_batch(self, texts):
+        if self.enc is None:
+            return [list(t.encode("utf-8")) for t in texts]
+        return self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)  # text, never specials
+
+    def encode(self, text):
+        return self.encode_batch([text])[0]
+
+    def decode(self, ids):
+        ids = [int(i) for i in ids if i != self.eot and i < self.n_vocab]
+        if self.enc is None:
+            return bytes(ids).decode("utf-8", errors="replace")
+        return self.enc.decode(ids)
+
+
+def gpt2_encoding(bpe_dir):
+    """GPT-2 BPE from bpe_dir/gpt2.tiktoken (offline), else tiktoken's own (TIKTOKEN_CACHE_DIR or download)."""
+    import tiktoken
+    hint = ("offline: pass --bpe_dir=DIR holding gpt2.tiktoken (or set MIXIT_BPE_DIR=DIR), or copy vocab.bpe "
+            "and encoder.json into $TIKTOKEN_CACHE_DIR under tiktoken's cache names, or use --tokenizer=bytes")
+    if not bpe_dir:
+        return tiktoken_gpt2(hint)
+    path = os.path.join(bpe_dir, "gpt2.tiktoken")
+    if not os.path.isfile(path):
+        raise ValueError(f"GPT-2 BPE: no gpt2.tiktoken in {bpe_dir}; {hint}")
+    with open(path, "rb") as f:
+        blob = f.read()
+    if hashlib.sha256(blob).hexdigest() != GPT2_TIKTOKEN_SHA256:
+        raise ValueError(f"GPT-2 BPE: {path} fails its sha256 check (expected {GPT2_TIKTOKEN_SHA256}); {hint}")
+    ranks = {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in blob.splitlines())}
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+
+
+def tiktoken_gpt2(hint, timeout=TIKTOKEN_TIMEOUT):
+    """tiktoken.get_encoding('gpt2'), given up after timeout seconds: its download has no timeout of
+    its own and can hang forever behind a silent network. A daemon thread never holds up the exit."""
+    import tiktoken
+    result = {}
+
+    def load():
+        try:
+            result["enc"] = tiktoken.get_encoding("gpt2")
+        except Exception as e:  # requests' errors, hash mismatches, ...
+            result["error"] = type(e).__name__
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if "enc" not in result:
+        reason = result.get("error", f"no answer within {timeout:g} s")
+        raise ValueError(f"GPT-2 BPE could not be loaded: not in tiktoken's cache, and downloading it failed "
+                         f"({reason}); {hint}")
+    return result["enc"]
+
+
+def encode_examples(tok, texts, max_len):
+    """(n, max_len) uint16 token ids, truncated, padded with the end-of-text token; empty texts dropped."""
+    ids = [row[:max_len] for row in tok.encode_batch(texts)]
+    x = np.full((len(ids), max_len), tok.eot, dtype=np.uint16)
+    for i, row in enumerate(ids):
+        x[i, :len(row)] = row
+    return x, np.array([len(row) > 0 for row in ids])
+
+
 class TextTask:
     """Next-token prediction on windows of block_size tokens of data/<name>/{train,val,test}.bin: uint16
     streams with an end-of-text token between documents. The reference pads each WikiText line on
     its own to T tokens instead; packing spends no compute on padding."""
 
     n_classes, causal, pad_id = 0, True, -1
-    train_eval = exact_match = False
-    perplexity = True
+    metrics, probe = ("val_ppl",), "induction"  # per token; induction heads form on text
 
     def __init__(self, name, folder, meta, block_size, eval_iters, eval_split):
         self.name, self.folder, self.meta = name, folder, meta
@@ -526,8 +618,7 @@ class ClassifyTask:
     and {split}_y.npy (labels). The model reads the whole text at once (causal=False), as the paper's
     classifier, and pools its real tokens."""
 
-    causal = False
-    train_eval = exact_match = perplexity = False
+    causal, metrics, probe = False, (), None
 
     def __init__(self, name, folder, meta, block_size, eval_split):
         self.name, self.folder, self.meta = name, folder, meta
@@ -631,6 +722,29 @@ def prefix_matching_score(attn, seg_len):
     return stripe[..., 1:seg_len + 1].float().mean(-1)  # i = seg_len .. 2*seg_len-1
 
 
+def named_patterns(T, device=None):
+    """Fixed causal attention patterns (T, T) a layer may need, each row a distribution over the positions it reads:
+    the prefix mean (a running count, as Dyck's balance), the previous token, the first token and the identity."""
+    eye, causal = torch.eye(T, device=device), torch.ones(T, T, device=device).tril()
+    previous = eye.roll(-1, dims=1).tril()  # row i reads i - 1; row 0, with no token before it, itself
+    previous[0, 0] = 1.0
+    return {"prefix mean": causal / causal.sum(-1, keepdim=True), "previous token": previous,
+            "first token": torch.zeros(T, T, device=device).index_fill_(1, torch.tensor([0], device=device), 1.0),
+            "identity": eye}
+
+
+def pattern_residuals(maps, patterns):
+    """How well the span of a layer's heads forms each pattern: the relative least-squares residual
+    min_c ||sum_h c_h A_h - P|| / ||P||, 0 when some mix of the heads is the pattern exactly, 1 when it holds nothing
+    of it. maps (..., H, T, T): one layer's heads (on one input each); returns {name: (...)}, in float64."""
+    heads = maps.double().flatten(-2).transpose(-1, -2)  # (..., T*T, H): a column per head
+    targets = torch.stack([p.double().flatten() for p in patterns.values()], -1)  # (T*T, K)
+    targets = targets.expand(*heads.shape[:-1], targets.size(-1))
+    residual = heads @ torch.linalg.lstsq(heads, targets).solution - targets  # (..., T*T, K)
+    share = residual.norm(dim=-2) / targets.norm(dim=-2)
+    return {name: share[..., k] for k, name in enumerate(patterns)}
+
+
 def _probe_tokens(model, n_seqs, seg_len, seed, device):
     """repeated_tokens for the model, on device (None: the model's)."""
     return repeated_tokens(model.config, n_seqs, seg_len, seed, device or next(model.parameters()).device)
@@ -712,7 +826,7 @@ def evaluate(model, task, split, batch_size, env):
 def induction_metrics(model, task, env):
     """Has an induction head formed, and in which layer? The best head's weight on the token after the earlier match
     (for recall tasks: from each query to the value after its key), overall and per layer."""
-    scores = induction_scores(model, seed=TEST_SEED, device=env.device) if isinstance(task, Induction) else \
+    scores = induction_scores(model, seed=TEST_SEED, device=env.device) if task.probe == "induction" else \
         recall_scores(model, task)  # (L, H)
     return {"induction_score": scores.max().item(), "induction_layers": scores.max(1).values.tolist()}
 
@@ -722,38 +836,31 @@ def chance_metrics(model, task, env):
     (task.chance) and, for tasks with an induction score, this architecture's score before training (a fixed mixing
     matrix's for ever)."""
     metrics = {"val_acc_chance": task.chance()} if hasattr(task, "chance") else {}
-    if isinstance(task, (Induction, Retrieval, MQAR)):
+    if task.probe:
         metrics["induction_init"] = induction_metrics(model, task, env)["induction_score"]
     return metrics
 
 
 def eval_metrics(model, task, batch_size, env, chance=None):
-    """The metrics logged at every evaluation: loss and accuracy on the task's split, and what the task also measures
-    (exact match, perplexity, accuracy per answer, by number of pairs and by place, bits per parameter and the table's
-    ceiling, induction scores), each chance level of chance_metrics beside its score."""
+    """The metrics logged at every evaluation: loss and accuracy on the task's split, the scores the task declares
+    (task.metrics: exact match, accuracy on the training split, perplexity, accuracy per answer, by number of pairs and
+    by place, bits per parameter and the table's ceiling) and its induction scores, each chance level of
+    chance_metrics beside its score."""
     chance = chance or {}
     run = lambda split: in_eval(model, evaluate, model, task, split, batch_size, env)  # eval mode, then back
     val = run(task.val_split)
+    params = lambda: model.get_num_params(non_embedding=False, trainable=True)
+    bits = lambda loss: len(task.split_rows("train")) * max(0.0, math.log2(task.vocab_size // 2) - loss / math.log(2))
+    scores = {"val_exact": lambda: val["exact"], "train_acc": lambda: run("train")["acc"],
+              "val_ppl": lambda: math.exp(min(val["loss"], 50.0)), "val_acc_pos": lambda: val["acc_pos"],
+              "val_acc_n": lambda: val["acc_n"], "val_acc_at": lambda: val["acc_at"],
+              "bits_per_param": lambda: bits(val["loss"]) / params(),  # rows x (log2 N - loss in bits)
+              "bits_ceiling": lambda: bits(0.0) / params()}  # the whole table held
     metrics = {"val_loss": val["loss"], "val_acc": val["acc"]}
     if "val_acc_chance" in chance:
         metrics["val_acc_chance"] = chance["val_acc_chance"]
-    if task.exact_match:
-        metrics["val_exact"] = val["exact"]
-    if task.train_eval:
-        metrics["train_acc"] = run("train")["acc"]
-    if task.perplexity:
-        metrics["val_ppl"] = math.exp(min(val["loss"], 50.0))
-    elif 1 < len(val["acc_pos"]) <= 32:  # several answers a sequence: how each answer position is learned
-        metrics["val_acc_pos"] = val["acc_pos"]
-    if isinstance(task, MQAR):  # recall as the context fills: accuracy by the number of key-value pairs
-        metrics["val_acc_n"] = val["acc_n"]
-    if isinstance(task, (Dyck, Retrieval)):  # one answer a row: accuracy by where it falls (the query's position)
-        metrics["val_acc_at"] = val["acc_at"]
-    if isinstance(task, Memorize):  # capacity: the label bits the model holds, rows x (log2 N - loss in bits)
-        rows, params = len(task.split_rows("train")), model.get_num_params(non_embedding=False, trainable=True)
-        metrics["bits_per_param"] = rows * max(0.0, math.log2(task.vocab_size // 2) - val["loss"] / math.log(2)) / params
-        metrics["bits_ceiling"] = rows * math.log2(task.vocab_size // 2) / params  # the whole table held
-    if isinstance(task, (Induction, Retrieval, MQAR)):
+    metrics.update({name: scores[name]() for name in task.metrics})
+    if task.probe:
         metrics.update(induction_metrics(model, task, env))
         if "induction_init" in chance:
             metrics["induction_init"] = chance["induction_init"]

@@ -51,6 +51,7 @@ class MixiTConfig:
     skip: float = math.sqrt(0.5)  # MixiT's parametrization: h = skip*h + sqrt(1 - skip^2)*f(h)
     cminus: float = -1.0  # MixiT's parametrization: the shaped activation's slope is 1 + cminus/sqrt(d)
     mix_beta: float = 1.0  # mixing: scale of the centred noise around the identity
+    mean_head: bool = False  # mixing: head 1 is the prefix mean (row i averages positions 0..i), beside the sink head
     centring: str = "mean"  # non-causal mixing: rows centred on their mean | reference: row sum / (i+1), rows off 1
     depth_alpha: float = 0.0  # > 0: every model h = h + (base_depth/n_layer)^alpha f(h), MixiT's A without I
     base_depth: float = 4.0
@@ -84,6 +85,8 @@ class MixiTConfig:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
         if (self.n_embd // self.n_head) % 2 and any(a not in MIXING for a in self.layer_attn):
             raise ValueError(f"rotary embeddings need an even head size, got {self.n_embd // self.n_head}")
+        if self.mean_head and self.n_head < 2:
+            raise ValueError(f"mean_head needs n_head >= 2 (head 0 is the sink, head 1 the mean), got {self.n_head}")
         if self.seed < 0 or not 0.0 <= self.skip <= 1.0:
             raise ValueError(f"skip must lie in [0, 1] and seed be >= 0, got skip={self.skip}, seed={self.seed}")
 
@@ -116,10 +119,10 @@ def gaussian_pairs(index, key):
 
 
 def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=None, rows=128,
-                  identity=True, centring="mean"):
+                  identity=True, centring="mean", mean_head=False):
     """MixiT's fixed attention less its identity, (n_head, T, T) float32: A_h - I where A_h = I + beta * (N_h -
     rowmean(N_h)), whose rows sum to 1; identity=False: A_h = beta * (N_h - rowmean(N_h)), std 1/sqrt(T) in every head.
-    Head 0 is a sink. Built where it is used, rows at a time: no host copy of the matrix."""
+    Head 0 is a sink; with mean_head, head 1 the prefix mean. Built where it is used, rows at a time: no host copy."""
     T, pairs = block_size, (block_size + 1) // 2
     P, lo, hi = torch.zeros(n_head, T, T, device=device), 1 / math.sqrt(T * head_dim), 1 / math.sqrt(T)
     for h in range(1, n_head):
@@ -139,6 +142,10 @@ def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,)
         P[1:].diagonal(dim1=1, dim2=2).sub_(1.0)
     P[0].diagonal().fill_(-0.5)  # the sink head A_0 = I/2 + (token 0)/2: every token keeps half of itself
     P[0, 1:, 0] = 0.5  # and takes half of token 0 (row 0 holds only its own half)
+    if mean_head:  # A_1 = the prefix mean: row i averages positions 0..i (non-causal: every position), a running count
+        ones = torch.ones(T, T, device=device)
+        mean = ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T
+        P[1] = mean - torch.eye(T, device=device)
     return P
 
 
@@ -225,7 +232,8 @@ class Attention(nn.Module):
             self.v = Linear(C, C, config.bias)
         else:
             P = mixing_matrix(config.block_size, H, self.head_dim, config.causal, config.mix_beta, (config.seed, 1,
-                              layer), device, identity=not config.depth_alpha, centring=config.centring)
+                              layer), device, identity=not config.depth_alpha, centring=config.centring,
+                              mean_head=config.mean_head)
             if self.kind == "learned_mixing":  # trained from MixiT's init, causal entries only (masked in use)
                 self.mixing = nn.Parameter(P)
             else:  # fixed: a function of the seed, rebuilt rather than saved; cast once to the compute dtype

@@ -12,7 +12,6 @@ Language modeling: {train,val,test}.bin uint16 token streams, an end-of-text tok
 records the tokenizer, the counts and the source files with their sha256. Bad input ends in one line on
 stderr and exit status 2, leaving nothing half-written.
 """
-import base64
 import csv
 import glob
 import hashlib
@@ -23,90 +22,13 @@ import re
 import shutil
 import sys
 import tarfile
-import threading
 import urllib.request
 import zipfile
 
 import numpy as np
 
 from common import ConfigError, OneOf, cli, configure, positive, write_atomic
-from data import TASKS
-
-TOKENIZERS = ("gpt2", "bytes")
-
-GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
-GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
-TIKTOKEN_TIMEOUT = 30  # seconds for tiktoken to find or download the GPT-2 BPE files
-
-
-class Tokenizer:
-    """encode / decode with an end-of-text token: GPT-2 BPE (tiktoken) or raw UTF-8 bytes."""
-
-    def __init__(self, name, bpe_dir=None):
-        if name not in TOKENIZERS:
-            raise ValueError(f"unknown tokenizer {name!r}; valid: {', '.join(TOKENIZERS)}")
-        self.name = name
-        if name == "bytes":
-            self.n_vocab, self.eot, self.enc = 257, 256, None
-            return
-        self.enc = gpt2_encoding(bpe_dir or os.environ.get("MIXIT_BPE_DIR"))
-        self.n_vocab, self.eot = self.enc.n_vocab, self.enc.eot_token
-
-    def encode_batch(self, texts):
-        if self.enc is None:
-            return [list(t.encode("utf-8")) for t in texts]
-        return self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)  # text, never specials
-
-    def encode(self, text):
-        return self.encode_batch([text])[0]
-
-    def decode(self, ids):
-        ids = [int(i) for i in ids if i != self.eot and i < self.n_vocab]
-        if self.enc is None:
-            return bytes(ids).decode("utf-8", errors="replace")
-        return self.enc.decode(ids)
-
-
-def gpt2_encoding(bpe_dir):
-    """GPT-2 BPE from bpe_dir/gpt2.tiktoken (offline), else tiktoken's own (TIKTOKEN_CACHE_DIR or download)."""
-    import tiktoken
-    hint = ("offline: pass --bpe_dir=DIR holding gpt2.tiktoken (or set MIXIT_BPE_DIR=DIR), or copy vocab.bpe "
-            "and encoder.json into $TIKTOKEN_CACHE_DIR under tiktoken's cache names, or use --tokenizer=bytes")
-    if not bpe_dir:
-        return tiktoken_gpt2(hint)
-    path = os.path.join(bpe_dir, "gpt2.tiktoken")
-    if not os.path.isfile(path):
-        raise ValueError(f"GPT-2 BPE: no gpt2.tiktoken in {bpe_dir}; {hint}")
-    with open(path, "rb") as f:
-        blob = f.read()
-    if hashlib.sha256(blob).hexdigest() != GPT2_TIKTOKEN_SHA256:
-        raise ValueError(f"GPT-2 BPE: {path} fails its sha256 check (expected {GPT2_TIKTOKEN_SHA256}); {hint}")
-    ranks = {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in blob.splitlines())}
-    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                             special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
-
-
-def tiktoken_gpt2(hint, timeout=TIKTOKEN_TIMEOUT):
-    """tiktoken.get_encoding('gpt2'), given up after timeout seconds: its download has no timeout of
-    its own and can hang forever behind a silent network. A daemon thread never holds up the exit."""
-    import tiktoken
-    result = {}
-
-    def load():
-        try:
-            result["enc"] = tiktoken.get_encoding("gpt2")
-        except Exception as e:  # requests' errors, hash mismatches, ...
-            result["error"] = type(e).__name__
-
-    thread = threading.Thread(target=load, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if "enc" not in result:
-        reason = result.get("error", f"no answer within {timeout:g} s")
-        raise ValueError(f"GPT-2 BPE could not be loaded: not in tiktoken's cache, and downloading it failed "
-                         f"({reason}); {hint}")
-    return result["enc"]
-
+from data import TASKS, TOKENIZERS, Tokenizer, encode_examples
 
 def _wikitext(url, md5, ext):
     names = {s: (f"wiki.{s}.{ext}", f"{s}.txt") for s in ("train", "valid", "test")}
@@ -286,15 +208,6 @@ def encode_documents(tok, documents):
         for ids in tok.encode_batch(documents[i:i + 1024]):
             parts.append(np.asarray(ids + [tok.eot], dtype=np.uint16))
     return np.concatenate(parts) if parts else np.zeros(0, np.uint16)
-
-
-def encode_examples(tok, texts, max_len):
-    """(n, max_len) uint16 token ids, truncated, padded with the end-of-text token; empty texts dropped."""
-    ids = [row[:max_len] for row in tok.encode_batch(texts)]
-    x = np.full((len(ids), max_len), tok.eot, dtype=np.uint16)
-    for i, row in enumerate(ids):
-        x[i, :len(row)] = row
-    return x, np.array([len(row) > 0 for row in ids])
 
 
 def save_array(path, array):

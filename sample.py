@@ -6,11 +6,9 @@ Sample from a model trained by train.py, and look inside it.
   python sample.py --out_dir=out --classify="a gripping, funny film"   # a classifier: label and probability
   python sample.py --out_dir=out --attn_maps --induction  # attn_maps.png, induction scores, induction.png
   python sample.py --propagation=32 --out_dir=out/propagation  # no checkpoint: signal propagation at init
-  python sample.py --cost=out/where_cpu,out/when_cpu --out_dir=out  # accuracy against training cost, every run
 
 --key=value values are Python literals of the default's type; a bare --flag turns a bool option on.
 """
-import json
 import os
 import sys
 
@@ -18,12 +16,11 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from common import (COLORS, ConfigError, cli, configure, defaults_of, load_model, non_negative, pick_device, plot_cost,
-                    positive, pyplot)
-from data import (CORPUS_TASKS, MQAR, TASKS, Retrieval, icl_score, induction_scores, make_task, read_meta,
-                  recall_scores, repeated_tokens)
+from common import ConfigError, cli, configure, defaults_of, load_model, non_negative, pick_device, positive
+from data import (CORPUS_TASKS, TASKS, Tokenizer, encode_examples, icl_score, induction_scores,
+                  make_task, read_meta, recall_scores, repeated_tokens)
 from mixit import MixiT, MixiTConfig
-from prepare import Tokenizer, encode_examples
+from report import plot_attention_maps, plot_induction, plot_propagation
 
 # -----------------------------------------------------------------------------
 out_dir = "out"  # holds ckpt.pt, written by train.py
@@ -40,7 +37,6 @@ induction = False  # print induction-head and in-context-learning scores, save o
 classify = ""  # classifiers: the text to label
 data_dir = ""  # the folder of prepared corpora; '' takes the checkpoint's
 bpe_dir = ""  # a folder with gpt2.tiktoken (GPT-2 BPE offline); '' takes MIXIT_BPE_DIR
-cost = ""  # a comma list of train.py comparison folders: out_dir/cost.png, final accuracy against training cost
 propagation = 0  # > 0: no checkpoint; how tokens' residual streams drift together at init, up to this depth
 propagation_width = 128  # the width of those models (4 heads, 64 tokens), measured over seeds 0, 1, 2
 # -----------------------------------------------------------------------------
@@ -52,47 +48,6 @@ RULES = {"num_samples": positive, "temperature": positive, "max_new_tokens": non
 def bare_flags(argv):
     """A bare --flag of a bool option is --flag=True."""
     return [f"{a}=True" if a.startswith("--") and isinstance(DEFAULTS.get(a[2:]), bool) else a for a in argv]
-
-
-# ----------------------------------------------------------------------------- plots
-
-
-def plot_attention_maps(maps, labels, path, title):
-    """A layers x heads grid of heatmaps of maps (L, H, t, t), queries down and keys across, one colour bar."""
-    plt = pyplot()
-    L, H, t, _ = maps.shape
-    signed = maps.min() < 0  # MixiT's fixed matrices are no probabilities: a diverging scale around 0
-    vmax = float(np.abs(maps).max()) if signed else 1.0
-    cell = 2.6 if labels is None else max(2.6, 0.17 * t + 0.9)
-    fig, axes = plt.subplots(L, H, figsize=(cell * H + 1.5, cell * L + 0.8), squeeze=False, layout="constrained")
-    for (l, h), ax in np.ndenumerate(axes):
-        im = ax.imshow(maps[l, h], cmap="RdBu_r" if signed else "Blues", vmin=-vmax if signed else 0.0, vmax=vmax)
-        ax.set_title(f"layer {l}, head {h}", fontsize=10)
-        if labels is not None:
-            ax.set_xticks(range(t), labels, rotation=90, fontsize=7)
-            ax.set_yticks(range(t), labels, fontsize=7)
-        if l == L - 1:
-            ax.set_xlabel("key (attended to)")
-        if h == 0:
-            ax.set_ylabel("query")
-    fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
-    fig.suptitle(title)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_induction(scores, path, title):
-    """A layers x heads heatmap of induction scores on a 0..1 colour scale, each cell annotated."""
-    plt = pyplot()
-    L, H = scores.shape
-    fig, ax = plt.subplots(figsize=(1.0 * H + 2.5, 0.8 * L + 1.5), layout="constrained")
-    im = ax.imshow(scores, cmap="viridis", vmin=0.0, vmax=1.0)
-    for (l, h), v in np.ndenumerate(scores):
-        ax.text(h, l, f"{v:.2f}", ha="center", va="center", color="black" if v > 0.6 else "white", fontsize=9)
-    ax.set(xticks=range(H), yticks=range(L), xlabel="head", ylabel="layer", title=title)
-    fig.colorbar(im, ax=ax, label="induction score")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 # ----------------------------------------------------------------------------- what sample.py shows
@@ -117,7 +72,7 @@ def show_attention_maps(model, task, config, name, dev):
 def show_induction(model, task, config, name, dev):
     """Per-head induction scores, the best head and the in-context-learning score; out_dir/induction.png. A retrieval
     or MQAR model is scored on its task: the weight from each query to the value after its key."""
-    if isinstance(task, (Retrieval, MQAR)):
+    if task is not None and task.probe == "recall":
         scores, what = recall_scores(model, task), "weight from each query to the value after its key"
     else:
         scores, what = induction_scores(model, seed=config["seed"], device=dev), \
@@ -271,53 +226,28 @@ def propagation_curves(depth, width, seed):
 
 
 def show_propagation(config):
-    """Print and plot (out_dir/propagation.png) the token covariance and similarity against depth, mean ± std."""
-    depth, runs = config["propagation"], [propagation_curves(config["propagation"], config["propagation_width"], s)
-                                          for s in range(3)]
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    """Print and plot (out_dir/propagation.png) the token covariance and similarity against depth, mean ± sample std
+    (n - 1) over seeds 0, 1, 2."""
+    depth, width = config["propagation"], config["propagation_width"]
+    runs = [propagation_curves(depth, width, s) for s in range(3)]
+    values = {name: np.stack([r[name] for r in runs]) for name in NETWORKS}  # (seeds, depth+1, 2)
+    stats = {name: (v.mean(0), v.std(0, ddof=1)) for name, v in values.items()}
     layers = [l for l in (1, 2, 4, 8, 16, 32, 64) if l <= depth]
     print("layer " + "".join(f"{l:>16}" for l in layers) + "   (token covariance; similarity)")
-    for name, color in zip(NETWORKS, (COLORS["mixing"], "tab:gray", COLORS["softmax"])):
-        values = np.stack([r[name] for r in runs])  # (seeds, depth+1, 2)
-        mean, std = values.mean(0), values.std(0, ddof=1)  # sample std (n - 1)
+    for name, (mean, _) in stats.items():
         print(f"{name}: " + "; ".join(f"{mean[l, 0]:.4f} {mean[l, 1]:.3f}" for l in layers))
-        for k, ax in enumerate(axes):
-            ax.plot(range(depth + 1), mean[:, k], color=color, label=name)
-            ax.fill_between(range(depth + 1), mean[:, k] - std[:, k], mean[:, k] + std[:, k], color=color, alpha=0.2)
-    for ax, what in zip(axes, ("covariance", "cosine similarity")):
-        ax.set(xlabel="layer", ylabel=f"mean token {what}", title=f"token {what} at init, width {config['propagation_width']}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    axes[0].set_yscale("log")
     os.makedirs(config["out_dir"], exist_ok=True)
     path = os.path.join(config["out_dir"], "propagation.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plot_propagation(stats, width, path)
     print(f"wrote {path}")
-
-
-def show_cost(config):
-    """out_dir/cost.png: every run of the comparison folders (their runs.json), final accuracy against training cost."""
-    finals = []
-    for folder in config["cost"].split(","):
-        path = os.path.join(folder.strip(), "runs.json")
-        if not os.path.isfile(path):
-            raise ConfigError(f"--cost: no {path}; a folder of a finished train.py comparison holds one")
-        with open(path) as f:
-            finals += json.load(f)
-    os.makedirs(config["out_dir"], exist_ok=True)
-    path = os.path.join(config["out_dir"], "cost.png")
-    plot_cost(finals, path)
-    print(f"wrote {path}: {len(finals)} runs")
 
 
 def main(argv):
     config = configure(DEFAULTS, bare_flags(argv), RULES, files=False)
     try:
         with torch.no_grad():
-            show_propagation(config) if config["propagation"] else show_cost(config) if config["cost"] else show(config)
-    except ValueError as e:  # data.py's and prepare.py's bad input: an unprepared corpus, a missing tokenizer
+            show_propagation(config) if config["propagation"] else show(config)
+    except ValueError as e:  # data.py's bad input: an unprepared corpus, a missing tokenizer
         raise ConfigError(str(e)) from None
 
 

@@ -1,11 +1,12 @@
 """Tests of mixit, in sections that follow the files: common.py, mixit.py, data.py, prepare.py, train.py,
-sample.py, bench.py, then the CUDA lane (run where a GPU is present, skipped elsewhere). No test needs a network;
-the real-data tests use ../shared/data and are skipped, with the reason, where it is absent.
+sample.py, report.py, bench.py, then the CUDA lane (run where a GPU is present, skipped elsewhere). No test needs a
+network; the real-data tests use ../shared/data and are skipped, with the reason, where it is absent.
 
     python -m pytest -q
 """
 import gc
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -20,6 +21,7 @@ import types
 import zipfile
 from collections import Counter
 
+import matplotlib.colors
 import numpy as np
 import pytest
 import torch
@@ -31,6 +33,7 @@ import common
 import data
 import mixit
 import prepare
+import report
 import sample
 import train
 from common import ConfigError, cli, setup
@@ -475,6 +478,27 @@ def test_mixing_matrix_properties():
     assert torch.allclose(full[1:].sum(-1), torch.ones(H - 1, T), atol=1e-6) and (full[1:].triu(1) != 0).any()
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_mean_head_averages_the_prefix_and_changes_no_other_head(causal):
+    """mean_head: head 1 of A is the prefix mean (row i: 1/(i+1) on positions 0..i, nothing on the future; non-causal:
+    1/T everywhere), its rows sum to 1; every other head is bit for bit the paper's MixiT, the default."""
+    T, H, hd = 12, 4, 8
+    paper, with_mean = (mixing_matrix(T, H, hd, causal, seed=(3, 1, 0), mean_head=m) for m in (False, True))
+    mean = torch.eye(T) + with_mean[1]
+    i, j = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
+    expected = torch.where(j <= i, 1 / (i + 1.0), 0.0) if causal else torch.full((T, T), 1 / T)
+    assert torch.allclose(mean, expected, atol=1e-7) and torch.allclose(mean.sum(-1), torch.ones(T))
+    assert torch.equal(with_mean[[0, 2, 3]], paper[[0, 2, 3]])
+    assert torch.equal(paper, mixing_matrix(T, H, hd, causal, seed=(3, 1, 0)))  # off: the paper's MixiT
+    model = tiny_model(attn="mixing", mean_head=True, block_size=16, init_std=0.3).eval()
+    assert torch.allclose(torch.eye(16) + model.blocks[1].attn.mixing[1], torch.ones(16, 16).tril() /
+                          torch.arange(1, 17.0).view(-1, 1), atol=1e-7)
+    prompt = torch.randint(0, 32, (2, 5))
+    assert torch.equal(model.generate(prompt, 20, top_k=1), model.generate(prompt, 20, top_k=1, use_cache=False))
+    with pytest.raises(ValueError, match="mean_head needs n_head >= 2"):
+        tiny_model(attn="mixing", mean_head=True, n_head=1)
+
+
 def test_fixed_matrices_are_rebuilt_from_the_seed_not_saved():
     """The state dict holds no fixed matrix; the global RNG plays no part; a checkpoint keeps a fingerprint."""
     torch.manual_seed(0)
@@ -602,6 +626,18 @@ def test_cached_generation_matches_uncached(attn):
         assert torch.equal(a, model.generate(p, 25, temperature=1.5, top_k=5, use_cache=False))
     batched = model.generate(prompt, 15, top_k=1)  # batched rows equal their one-row runs
     assert all(torch.equal(batched[r:r + 1], model.generate(prompt[r:r + 1], 15, top_k=1)) for r in range(2))
+
+
+@pytest.mark.parametrize("attn", GENERATING)
+def test_generation_past_block_size_reads_the_last_block_size_tokens(attn):
+    """Past block_size each new token is the model's answer to the last block_size tokens, cached or not."""
+    model = tiny_model(attn=attn, block_size=8, n_layer=2 if attn in ATTNS else len(attn), init_std=0.3).eval()
+    idx = torch.randint(0, 32, (2, 3))
+    expected = idx
+    for _ in range(20):  # brute force: a full forward of the newest window
+        expected = torch.cat((expected, model(expected[:, -8:])[0][:, -1].argmax(-1, keepdim=True)), dim=1)
+    for use_cache in (True, False):
+        assert torch.equal(model.generate(idx, 20, top_k=1, use_cache=use_cache), expected)
 
 
 @pytest.mark.parametrize("attn", GENERATING)
@@ -985,6 +1021,28 @@ def test_prefix_matching_score_on_hand_built_patterns():
     assert batched.shape == (3, 1) and batched[2].item() == 0.0  # attending to itself scores 0
 
 
+def test_pattern_residuals_are_0_in_the_span_of_the_heads_and_1_outside_it():
+    """The probe's residual: 0 for a pattern that is a head (or a mix of heads), 1 for one orthogonal to every head,
+    and for a part of both, the share outside the span."""
+    T = 10
+    patterns = data.named_patterns(T)
+    heads = torch.stack([patterns["prefix mean"], 2 * patterns["identity"] - patterns["first token"]])
+    res = data.pattern_residuals(heads, patterns)
+    assert res["prefix mean"] < 1e-9 and res["identity"] > 0.1  # a head; the identity only with the first token
+    assert data.pattern_residuals(torch.stack([heads[1], patterns["first token"]]), patterns)["identity"] < 1e-9
+    g = torch.Generator().manual_seed(0)
+    other = torch.randn(T, T, generator=g).tril().double()
+    flat = heads.double().flatten(1).T  # (T*T, 2)
+    other = other - (flat @ torch.linalg.pinv(flat) @ other.flatten()).view(T, T)  # orthogonal to both heads
+    assert data.pattern_residuals(heads, {"other": other})["other"] == pytest.approx(1.0, abs=1e-9)
+    half = heads[0].double() + other / other.norm() * heads[0].double().norm()  # as much outside the span as in it
+    assert data.pattern_residuals(heads, {"half": half})["half"] == pytest.approx(math.sqrt(0.5), abs=1e-9)
+    batch = data.pattern_residuals(torch.stack([heads, heads.flip(0)]), patterns)["prefix mean"]  # per input
+    assert batch.shape == (2,) and (batch < 1e-9).all()
+    names = {n: p for n, p in patterns.items()}
+    assert all(torch.allclose(p.sum(-1), torch.ones(T)) and torch.equal(p, p.tril()) for p in names.values())
+
+
 @pytest.mark.parametrize("name, asked", [("mqar_4", 0), ("retrieval_4", 4), ("induction_6", 0)])
 def test_recall_score_finds_the_value_after_each_asked_key(monkeypatch, name, asked):
     """A head attending from every answer's position to the token after the first occurrence of the key it asks
@@ -1059,35 +1117,35 @@ def test_repeated_tokens_are_distinct_repeats_without_padding():
 
 @needs_bpe
 def test_offline_gpt2_bpe(monkeypatch):
-    tok = prepare.Tokenizer("gpt2", BPE_DIR)
+    tok = data.Tokenizer("gpt2", BPE_DIR)
     assert tok.encode("Hello world") == [15496, 995]
     assert (tok.n_vocab, tok.eot) == (50257, 50256)
     assert tok.decode(tok.encode("naïve café <unk> @-@")) == "naïve café <unk> @-@"
     monkeypatch.setenv("MIXIT_BPE_DIR", BPE_DIR)
-    assert prepare.Tokenizer("gpt2").encode("Hello world") == [15496, 995]
+    assert data.Tokenizer("gpt2").encode("Hello world") == [15496, 995]
 
 
 def test_byte_tokenizer_round_trip():
-    tok = prepare.Tokenizer("bytes")
+    tok = data.Tokenizer("bytes")
     assert (tok.n_vocab, tok.eot) == (257, 256)
     assert tok.encode("é!") == [195, 169, 33]
     assert tok.decode(tok.encode("naïve\n") + [tok.eot]) == "naïve\n"
 
 
 def test_encode_examples_truncates_pads_and_drops_empty_texts():
-    x, keep = prepare.encode_examples(prepare.Tokenizer("bytes"), ["abcdef", "", "é"], 4)
+    x, keep = data.encode_examples(data.Tokenizer("bytes"), ["abcdef", "", "é"], 4)
     assert x.dtype == np.uint16 and x.tolist() == [[97, 98, 99, 100], [256] * 4, [195, 169, 256, 256]]
     assert keep.tolist() == [True, False, True]
 
 
 def test_bad_bpe_dir_is_one_clear_line(tmp_path):
     with pytest.raises(ValueError, match="no gpt2.tiktoken in .*--bpe_dir=DIR.*MIXIT_BPE_DIR.*TIKTOKEN_CACHE_DIR"):
-        prepare.Tokenizer("gpt2", str(tmp_path))
+        data.Tokenizer("gpt2", str(tmp_path))
     (tmp_path / "gpt2.tiktoken").write_bytes(b"IQ== 0\n")
     with pytest.raises(ValueError, match="fails its sha256 check"):
-        prepare.Tokenizer("gpt2", str(tmp_path))
+        data.Tokenizer("gpt2", str(tmp_path))
     with pytest.raises(ValueError, match="valid: gpt2, bytes"):
-        prepare.Tokenizer("gpt3")
+        data.Tokenizer("gpt3")
 
 
 def test_silent_network_cannot_hang_tiktoken(tmp_path, monkeypatch):
@@ -1102,7 +1160,7 @@ def test_silent_network_cannot_hang_tiktoken(tmp_path, monkeypatch):
     start = time.time()
     try:
         with pytest.raises(ValueError, match=r"no answer within 1 s\); offline: pass --bpe_dir"):
-            prepare.tiktoken_gpt2("offline: pass --bpe_dir=DIR", timeout=1)
+            data.tiktoken_gpt2("offline: pass --bpe_dir=DIR", timeout=1)
         assert time.time() - start < 5
     finally:
         for conn, _ in held:
@@ -1134,7 +1192,7 @@ def test_prepared_bins_decode_to_their_source(tmp_path):
                                        out_dir=str(tmp_path / "data"), name=f"mine-{tokenizer}")
         bins = [os.path.join(folder, f"{split}.bin") for split in ("train", "val")]
         stream = np.concatenate([np.fromfile(path, dtype=np.uint16) for path in bins])
-        tok = prepare.Tokenizer(tokenizer, BPE_DIR)
+        tok = data.Tokenizer(tokenizer, BPE_DIR)
         assert len(stream) == sum(meta["tokens"].values()) and meta["tokens"]["train"] == int(0.9 * len(stream))
         documents = np.split(stream, np.flatnonzero(stream == tok.eot) + 1)[:-1]  # each ends in its EOT
         assert [tok.decode(d) for d in documents] == [docs["a.txt"], docs["b/c.txt"]]  # sorted file order
@@ -1304,6 +1362,29 @@ def test_resume_matches_uninterrupted_run(tmp_path):
         assert full[-1][key] == pytest.approx(part[-1][key], rel=1e-6, abs=1e-7)
     a, b = load_ckpt(tmp_path / "full")["model"], load_ckpt(tmp_path / "part")["model"]
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_training_draws_nothing_from_torchs_random_state(tmp_path):
+    """A checkpoint keeps no RNG state because training draws none: batches come from their own seeds and the
+    weights from config.seed, so a run is the same bit for bit whatever torch's global generator holds."""
+    for k in (0, 1):
+        torch.manual_seed(k)
+        assert run_train(tmp_path / str(k), "--task=addition_2", "--attn=smf", "--max_iters=3", *FAST,
+                         "--n_layer=3") == 0
+    a, b = load_ckpt(tmp_path / "0"), load_ckpt(tmp_path / "1")
+    untimed = lambda path: [{k: v for k, v in m.items() if k != "time"} for m in read_metrics(path)]
+    assert "rng" not in a and untimed(tmp_path / "0") == untimed(tmp_path / "1")
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_learning_rate_warms_up_then_decays_on_a_cosine():
+    """Linear warmup from lr/(warmup+1) to lr at its end; then half a cosine down to min_lr at lr_decay_iters."""
+    config = dict(train.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=10, max_iters=110, lr_decay_iters=0)
+    lr = lambda it: train.get_lr(it, config)
+    assert lr(0) == pytest.approx(1 / 11) and lr(9) == pytest.approx(10 / 11)  # the first step already moves
+    assert lr(10) == pytest.approx(1.0) and lr(60) == pytest.approx(0.55) and lr(110) == lr(500) == 0.1
+    assert lr(35) == pytest.approx(0.1 + 0.45 * (1 + math.cos(math.pi / 4)))
+    assert train.get_lr(60, dict(config, lr_decay_iters=210)) == pytest.approx(0.1 + 0.45 * (1 + math.cos(math.pi / 4)))
 
 
 @pytest.mark.parametrize("attn", ["softmax", "mixing"])
@@ -1510,6 +1591,18 @@ def test_checkpoint_holds_no_fixed_matrix_and_refuses_another_one(tmp_path, caps
         assert "the fixed mixing matrix of layer 1 cannot be rebuilt here" in err and "another version" in err
 
 
+@pytest.mark.parametrize("saved", [None, [], [[], []], [None, None]])
+def test_checkpoint_without_a_fingerprint_is_refused(tmp_path, capsys, saved):
+    """A checkpoint of a MixiT whose fingerprint is missing, empty or names no layer cannot show that its matrices
+    are those this code rebuilds: refused in one line, like a wrong one."""
+    assert run_train(tmp_path, "--task=addition_2", "--attn=mixing", "--max_iters=2", *FAST) == 0
+    ckpt = load_ckpt(tmp_path)
+    ckpt.pop("fingerprint") if saved is None else ckpt.update(fingerprint=saved)
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    assert run_sample(tmp_path, "--num_samples=1") == 2
+    assert "the fixed mixing matrix of layer 0 cannot be rebuilt here" in capsys.readouterr().err
+
+
 def test_classifiers_take_the_references_width_multiplier_base():
     """The reference's classifier never sets base_hidden_size (1: every MixiT linear times 1/sqrt(fan_in)); its
     language models and algorithmic runs use 512. base_width > 0 states one."""
@@ -1537,10 +1630,9 @@ def test_comparison_states_each_runs_settings(tmp_path, capsys):
 
 
 def test_sample_standard_deviation_over_seeds():
-    runs = [dict(task="t", attn="softmax", mixing_heads="", freeze="", unfreeze_at="never", model="m", seed=s)
-            for s in range(3)]
+    runs = [dict(task="t", variant="softmax", model="m", seed=s) for s in range(3)]
     histories = [[{"iter": 1, "val_acc": v}] for v in (0.1, 0.2, 0.6)]
-    (row,) = common.summarize(runs, histories, train.run_label)
+    (row,) = report.summarize(runs, histories)
     assert row["val_acc"] == pytest.approx((0.3, np.std([0.1, 0.2, 0.6], ddof=1)))  # n - 1
 
 
@@ -1617,7 +1709,7 @@ BAD_INPUTS = [
     (["--device=tpu"], "unknown device 'tpu'; valid: auto, cpu, cuda, cuda:N, mps"),
     (["--device=cuda"], "CUDA is not available here; valid: cpu"),
     (["--dtype=float64"], "valid: auto, float32, bfloat16, float16"),
-    (["--n_layer=0"], "n_layer=0 in --n_layer: must be positive"),
+    (["--n_layer=0"], "n_layer must be positive, got 0"),
     (["--batch_size=-4"], "must be positive"),
     (["--n_embd=100", "--n_head=3"], "n_embd=100 must be divisible by n_head=3"),
     (["--n_embd=24", "--n_head=8", "--attn=softmax"], "rotary embeddings need an even head size"),
@@ -1872,6 +1964,57 @@ def preset_commands(text, name):
     return [line.split(marker, 1)[1].split("  #")[0].split() for line in comment.splitlines() if marker in line]
 
 
+DOC_COMMAND = re.compile(r"python (train|sample)\.py([^`\n]*)")
+
+
+def doc_commands(text):
+    """(script, arguments) of each train.py and sample.py command a document gives, in code blocks or inline
+    (continued lines joined, comments cut)."""
+    return [(m.group(1), m.group(2).split(" #")[0].split()) for m in DOC_COMMAND.finditer(text.replace("\\\n", " "))]
+
+
+def doc_section(text, heading):
+    """The text under the heading that starts with `heading`, up to the next heading."""
+    return re.split(r"\n#+ ", text.split(f"\n{heading}", 1)[1].split("\n", 1)[1])[0]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "RESULTS.md"])
+def test_documented_commands_plan_what_they_say(doc):
+    """Every train.py command the README and RESULTS.md give plans valid runs whose models build, and every sample.py
+    command is valid and reads a checkpoint that a train.py command of the same document writes. The README's main
+    job plans the tasks, model and training its section states, and its one-minute run that many of those runs."""
+    text = open(os.path.join(HERE, doc)).read()
+    plans, out_dirs = {}, set()
+    for script, args in doc_commands(text):
+        if script == "train":
+            args = [a if a.startswith("--") else os.path.join(HERE, a) for a in args]
+            runs = train.plan_runs(common.configure(train.DEFAULTS, args, train.RULES))
+            for run in runs:
+                run["model"] = train.model_config(run, preset_task(run["task"], run["block_size"]))
+                out_dirs.add(os.path.normpath(run["out_dir"]))
+            plans[" ".join(args)] = runs
+    assert plans
+    for script, args in doc_commands(text):
+        if script == "sample":
+            config = common.configure(sample.DEFAULTS, sample.bare_flags(args), sample.RULES, files=False)
+            assert config["propagation"] or os.path.normpath(config["out_dir"]) in out_dirs, args
+    if doc != "README.md":
+        return
+    main, said = plans[""], doc_section(text, "### The main job")
+    flat = " ".join(said.split())
+    assert {run["task"] for run in main} == set(re.findall(r"\n\| (\w+):", said))  # the table's rows
+    for run in main:
+        m = run["model"]
+        assert (m.n_layer, m.n_embd) == (stated(flat, r"(\d+) layers"), stated(flat, r"width ([\d,]+)"))
+        assert m.n_head == stated(flat, r"MixiT with (\d+)" if run["attn"] == "mixing" else r"with (\d+) heads")
+        assert run["max_iters"] == stated(flat, r"([\d,]+) steps") and run["batch_size"] == stated(flat, r"of (\d+) seq")
+    minute_section = doc_section(text, "### One minute")
+    minute = plans[" ".join(doc_commands(minute_section)[0][1])]
+    same = lambda r: (r["task"], r["attn"], repr(r["model"]), r["max_iters"], r["batch_size"], r["learning_rate"])
+    assert {same(r) for r in minute} <= {same(r) for r in main}
+    assert f"{['No', 'One', 'Two', 'Three'][len(minute)]} of the main job's runs" in " ".join(minute_section.split())
+
+
 def torchrun(tmp_path, config_text, *args, timeout=120):
     """A 2-process CPU torchrun of train.py with a config file that may differ by rank."""
     cfg = tmp_path / "rank_cfg.py"
@@ -2047,25 +2190,72 @@ def test_propagation_at_init_prints_and_plots(tmp_path, capsys):
     assert random[8, 1] > 0.7 and plain[8, 1] > 0.7 and mixit[8, 1] < 0.5  # tokens collapse together without shaping
 
 
-def test_cost_plot_of_several_comparisons(tmp_path, capsys):
-    """Every run of several finished comparisons, final accuracy against training FLOPs and time per sample."""
-    for name in ("where", "when"):
-        (tmp_path / name).mkdir()
-        runs = [dict(task="mqar_4", variant=v, attn=v, freeze="", seed=0, model="m", samples=6400, flops=1e12 * k,
-                     time=2.0 * k, val_acc=0.2 * k) for k, v in enumerate(["softmax", "mmsm", "frozen_qk"], 1)]
-        (tmp_path / name / "runs.json").write_text(json.dumps(runs))
-    assert cli(sample.main, [f"--cost={tmp_path / 'where'},{tmp_path / 'when'}", f"--out_dir={tmp_path}"]) == 0
-    assert "6 runs" in capsys.readouterr().out and is_png(tmp_path / "cost.png")
-    assert cli(sample.main, [f"--cost={tmp_path / 'nowhere'}", f"--out_dir={tmp_path}"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "nowhere/runs.json; a folder of a finished train.py comparison" in err
-
-
 def test_unshaped_mixing_is_plain_random_attention():
     model = sample.unshape(tiny_model(attn="mixing"), seed=0)
     A = torch.eye(12) + model.blocks[0].attn.mixing
     assert torch.allclose(A.sum(-1), torch.ones(4, 12)) and (A >= 0).all() and torch.equal(A, A.tril())
     assert model.blocks[0].s == model.blocks[0].r == 1.0
+
+
+# ===== report.py
+
+
+def test_report_redoes_a_finished_comparison_from_its_runs_files(tmp_path):
+    """python report.py DIR: the results.md, runs.json, compare.png and cost.png train.py wrote, again, from the runs'
+    own files (runs.json names each run's folder)."""
+    assert run_train(tmp_path, "--task=addition_2", "--attn=softmax,mixing", "--max_iters=2", "--eval_interval=1",
+                     *FAST) == 0
+    written = {name: (tmp_path / name).read_text() for name in ("results.md", "runs.json")}
+    for name in ("results.md", "compare.png", "cost.png"):
+        (tmp_path / name).unlink()
+    proc = subprocess.run([sys.executable, "report.py", str(tmp_path)], cwd=HERE, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert {name: (tmp_path / name).read_text() for name in written} == written
+    assert is_png(tmp_path / "compare.png") and is_png(tmp_path / "cost.png")
+    assert [r["run_dir"] for r in json.loads(written["runs.json"])] == ["addition_2-softmax", "addition_2-mixing"]
+
+
+def test_cost_plot_of_several_comparisons(tmp_path, capsys):
+    """report.py on several finished comparisons: cost.png over all their runs, by default in their common parent; a
+    folder without runs.json is one line, status 2, and nothing written."""
+    for name in ("where", "when"):
+        (tmp_path / name).mkdir()
+        runs = [dict(task="mqar_4", variant=v, attn=v, freeze="", seed=0, model="m", samples=6400, flops=1e12 * k,
+                     time=2.0 * k, val_acc=0.2 * k) for k, v in enumerate(["softmax", "mmsm", "frozen_qk"], 1)]
+        (tmp_path / name / "runs.json").write_text(json.dumps(runs))
+    assert cli(report.main, [str(tmp_path / "where"), str(tmp_path / "when")]) == 0
+    assert "6 runs" in capsys.readouterr().out and is_png(tmp_path / "cost.png")
+    assert cli(report.main, [str(tmp_path / "where"), str(tmp_path / "nowhere"), f"--out_dir={tmp_path / 'new'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nowhere/runs.json (No such file or directory); a finished train.py" in err
+    assert not (tmp_path / "new").exists()
+    assert cli(report.main, [str(tmp_path / "where")]) == 2  # one folder: its runs' files, which these runs lack
+    assert "names no run folders" in capsys.readouterr().err
+
+
+def test_cost_plot_scores_language_models_by_validation_loss(tmp_path, monkeypatch):
+    """A language model's headline score is its validation loss (no 0-1 range, no chance line), a task's its accuracy:
+    a row of each; one point per run, a colour per variant, for a hybrid study's many patterns too."""
+    lm = dict(task="wikitext2_bytes", freeze="", seed=0, samples=640, flops=1e12, time=2.0, val_acc=0.4, val_ppl=90.0)
+    variants = ["".join(p) for p in itertools.product("ms", repeat=4)] + ["frozen_qk", "frozen_qk unfreeze@50%"]
+    runs = [dict(lm, variant=v, attn=v.split()[0], val_loss=4.5 - k / 10) for k, v in enumerate(variants)]
+    task = dict(lm, task="mqar_4", variant="softmax", attn="softmax", val_loss=1.0, val_acc_chance=0.25)
+    figures = []
+    monkeypatch.setattr(report.plt, "close", figures.append)
+    report.plot_cost(runs, tmp_path / "lm.png")
+    report.plot_cost(runs + [task], tmp_path / "both.png")
+    ax = figures[0].axes[0]
+    assert ax.get_ylabel() == "validation loss (nats per token)"
+    assert ax.get_title() == "validation loss against training FLOPs"
+    assert ax.get_ylim()[1] > 4.5 and not ax.lines  # no accuracy range, no chance level
+    assert ax.get_xscale() == "linear"  # costs within a decade: a log axis would show no tick label
+    points = [c.get_offsets().tolist() for c in ax.collections]
+    assert len(points) == len(variants) and all(len(p) == 1 for p in points)
+    assert len({tuple(c.get_facecolor()[0]) for c in ax.collections}) == len(variants)
+    hybrids = sorted(report.variant_colors(runs)[v] for v in variants if len(set(v)) == 2)  # each its own, unshaded
+    assert np.allclose(hybrids, sorted(matplotlib.colors.to_rgb(c) for c in report.PATTERN_COLORS[:14]))
+    assert [a.get_ylabel() for a in figures[1].axes[::2]] == ["validation loss (nats per token)", "final accuracy"]
 
 
 # ===== bench.py
@@ -2107,17 +2297,21 @@ def test_cpu_run_writes_every_table(tmp_path, capsys):
 
 def test_op_part_times_blocks_against_dense_and_softmax(tmp_path, monkeypatch):
     """The attention op alone at each T (block 4 here: T = 3, 8, 10 below, at twice and not at a multiple of it) and a
-    training step in blocks against the dense one; MIX_BLOCK is the model's again afterwards."""
-    monkeypatch.setitem(bench.SIZES["tiny"], "op", (1, 2, 4, (3, 8, 10)))
-    monkeypatch.setitem(bench.SIZES["tiny"], "step", (1, 16, 2, 10, 2, 1, 32))
-    monkeypatch.setattr(mixit, "MIX_BLOCK", 4)
+    training step in blocks against the dense one: models of mix_block 10 (T) and 4."""
+    monkeypatch.setitem(bench.SIZES["tiny"], "op", dict(batch=1, heads=2, head_size=4, Ts=(3, 8, 10)))
+    monkeypatch.setitem(bench.SIZES["tiny"], "step", dict(n_layer=1, n_embd=16, n_head=2, block_size=10, batch_size=2,
+                                                         accum=1, vocab_size=32))
+    built, products = [], set()  # the models' mix_block; the op's products' blocks of rows
+    monkeypatch.setattr(bench, "MixiT", lambda config, *a: built.append(config.mix_block) or MixiT(config, *a))
+    monkeypatch.setattr(bench, "causal_mix", lambda P, v, block: products.add(block) or causal_mix(P, v, block))
     monkeypatch.setattr(bench.benchmark.Timer, "blocked_autorange", lambda self, min_run_time: types.SimpleNamespace(
         median=self.timeit(2).median))  # two calls are enough to check the plumbing
     out = tmp_path / "b"
-    assert cli(bench.main, ["--device=cpu", "--parts=op", "--steps=1", "--repeats=2", "--warmup=1",
+    assert cli(bench.main, ["--device=cpu", "--parts=op", "--steps=1", "--repeats=2", "--warmup=1", "--mix_block=4",
                             f"--out_dir={out}"]) == 0
     results = json.loads((out / "bench.json").read_text())
-    assert [r["T"] for r in results["op"]] == [3, 8, 10] and mixit.MIX_BLOCK == 4
+    assert [r["T"] for r in results["op"]] == [3, 8, 10] and all(r["block"] == 4 for r in results["op"])
+    assert built == [10, 4, 10, 4] and products == {4, 3, 8, 10}  # the step: dense, then blocks; the op: 4 and T
     for row in results["op"]:
         assert all(row[name]["ms"] > 0 and len(row[name]["ms_all"]) == 2 for name in bench.OPS)
         assert row["block_speedup"] == pytest.approx(row["mixing dense"]["ms"] / row["mixing"]["ms"])
@@ -2131,7 +2325,8 @@ def test_op_part_times_blocks_against_dense_and_softmax(tmp_path, monkeypatch):
 def test_build_part_measures_mixit_at_long_context(tmp_path, monkeypatch):
     """bench.py's build part at a small size: time, host memory on this device and on meta (the GPU's stand-in),
     checkpoints that hold no fixed matrix."""
-    monkeypatch.setitem(bench.SIZES["tiny"], "build", (2, 32, 4, 256, 64))
+    monkeypatch.setitem(bench.SIZES["tiny"], "build", dict(n_layer=2, n_embd=32, n_head=4, block_size=256,
+                                                          vocab_size=64))
     out = tmp_path / "b"
     assert cli(bench.main, ["--device=cpu", "--parts=build", f"--out_dir={out}"]) == 0
     cpu, meta = json.loads((out / "bench.json").read_text())["build"]
@@ -2142,15 +2337,20 @@ def test_build_part_measures_mixit_at_long_context(tmp_path, monkeypatch):
     assert "## MixiT at long context" in (out / "bench.md").read_text() and not list(out.glob("*.pt"))
 
 
-def test_smoke_runs_train_py(tmp_path, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # train.py's process, on a shared CPU
+def test_smoke_runs_train_py(tmp_path):
+    """bench.py's smoke part: train.py, in this process, its output in smoke_<variant>.log."""
     out = tmp_path / "b"
     assert cli(bench.main, ["--device=cpu", "--parts=smoke", "--attn=mixing", "--smoke_iters=2", f"--out_dir={out}"]) == 0
     (row,) = json.loads((out / "bench.json").read_text())["smoke"]
     assert row["status"] == "ok", row
     assert row["iters"] == 2 and row["val_loss"] > 0 and 0 <= row["val_acc"] <= 1 and row["wall_s"] > 0
-    assert (out / "smoke_mixing" / "metrics.jsonl").is_file() and (out / "smoke_mixing.log").is_file()
+    assert (out / "smoke_mixing" / "metrics.jsonl").is_file()
+    assert "eval iter 2" in (out / "smoke_mixing.log").read_text()  # train.py's output
     assert "## train.py runs" in (out / "bench.md").read_text()
+    assert cli(bench.main, ["--device=cpu", "--parts=smoke", "--attn=mixing", "--smoke_task=nosuch",
+                            f"--out_dir={out}"]) == 0  # a failing run: its row says why
+    (row,) = json.loads((out / "bench.json").read_text())["smoke"]
+    assert row["status"].startswith("exit 2: error: ") and "nosuch" in row["status"]
 
 
 @pytest.mark.parametrize("arg, message", [("--colour=1", "unknown option --colour"), ("--steps=x", "--steps=x"),

@@ -23,11 +23,11 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, check_fingerprint, cli, configure,
-                    defaults_of, describe_model, fingerprint, format_time, load_checkpoint, non_negative, peak_flops,
-                    positive, save_checkpoint, setup, teardown, unit_interval, write_atomic, write_report)
+                    defaults_of, fingerprint, format_time, load_checkpoint, non_negative, peak_flops, positive,
+                    save_checkpoint, setup, teardown, unit_interval, write_atomic)
 from data import chance_metrics, eval_metrics, make_task
-from mixit import (ATTNS, CENTRINGS, FREEZES, LETTERS, PADS, PARAMETRIZATIONS, POOLS, QK_INITS, MixiT, MixiTConfig,
-                   param_groups)
+from mixit import ATTNS, FREEZES, LETTERS, MixiT, MixiTConfig, param_groups
+from report import describe_model, write_report
 
 # -----------------------------------------------------------------------------
 # default config values: the main job, every variant on the paper's headline claims: MixiT matches the standard
@@ -60,6 +60,7 @@ cminus = -1.0  # MixiT shaped activation slope 1 + cminus/sqrt(d)
 init_std = 0.02  # the reference code's init of every trained linear weight
 qk_init = "paper"  # frozen_qk's frozen W_Q, W_K: paper N(0, 1/n_embd) | reference N(0, init_std^2)
 base_width = 0.0  # MixiT's multipliers sqrt(base_width / fan_in); 0: the reference's, 512 (1 for classifiers)
+mean_head = False  # MixiT: head 1 is the prefix mean (a running count) beside the sink head 0; off in the paper
 base_ffn = 1.0
 depth_alpha = 0.0  # > 0: every model's residual h + (base_depth/n_layer)^alpha f(h), MixiT's A without its I
 base_depth = 4.0
@@ -85,14 +86,11 @@ compile = "auto"  # auto (on for CUDA), True, False
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "float32", "bfloat16", "float16")),
-         "compile": OneOf(("auto", True, False)), "qk_init": OneOf(QK_INITS), "beta1": unit_interval,
-         "parametrization": OneOf(PARAMETRIZATIONS), "beta2": unit_interval, "pool": OneOf(POOLS),
-         "pads": OneOf(PADS), "centring": OneOf(CENTRINGS),
+         "compile": OneOf(("auto", True, False)), "beta1": unit_interval, "beta2": unit_interval,
          **dict.fromkeys(("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "log_interval",
-                          "eval_iters", "seeds", "n_layer", "n_head", "n_embd", "learning_rate", "init_std",
-                          "base_ffn", "base_depth"), positive),
+                          "eval_iters", "seeds", "learning_rate", "init_std", "base_ffn", "base_depth"), positive),
          **dict.fromkeys(("block_size", "warmup_iters", "lr_decay_iters", "min_lr", "weight_decay", "grad_clip",
-                          "seed", "base_width", "depth_alpha"), non_negative)}
+                          "base_width", "depth_alpha"), non_negative)}
 ARCH_KEYS = [k for k in MixiTConfig.__dataclass_fields__]
 PAPER_ATTNS = ATTNS[:3]  # attn=all: the paper's three variants
 
@@ -152,9 +150,29 @@ def speed(tokens, seconds, flops_per_token, peak, world_size):
     return tok_s, (flops_per_token * tok_s / world_size / peak if peak else None)
 
 
-def resume(ckpt, path, mconf, config, env):
-    """The training state of a checkpoint of this very model and task; changed training options are printed,
-    anything else is refused in one line."""
+FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0, "flops": 0.0, "train_time": 0.0}  # a run's state at step 0
+
+
+def new_model(config, task, env):
+    """The model at init (uncompiled: evaluated and saved) and its optimizer. The fixed random parts are checked once
+    to be the same on every process; what unfreezes later waits frozen, learned mixing matrices included."""
+    mconf = model_config(config, task)
+    model = MixiT(mconf, env.device, env.dtype)
+    if unfreeze_step(config):
+        for name, p in model.named_parameters():
+            p.requires_grad_(p.requires_grad and not name.endswith(".mixing"))
+    frozen = [hashlib.sha256(p.detach().cpu().numpy().tobytes()).hexdigest() for p in model.parameters()
+              if not p.requires_grad]
+    env.check_same([fingerprint(model), frozen], "the fixed random parts (mixing matrices, frozen weights)")
+    optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"],
+                                           (config["beta1"], config["beta2"]), env.device_type)
+    return mconf, model, optimizer
+
+
+def load_state(path, mconf, model, optimizer, config, env):
+    """Load the checkpoint at path into model and optimizer and return its training state. It must hold this very
+    model and task (anything else is refused in one line); changed training options are printed."""
+    ckpt = load_checkpoint(path, env.device)
     diffs = [f"{k}={ckpt['model_args'].get(k)!r} (this run: {getattr(mconf, k)!r})" for k in ARCH_KEYS
              if ckpt["model_args"].get(k, getattr(MixiTConfig, k)) != getattr(mconf, k)]
     if ckpt["config"].get("task") != config["task"]:
@@ -165,23 +183,36 @@ def resume(ckpt, path, mconf, config, env):
                if k in config and v != config[k] and k != "init_from"]
     if changed:
         env.print(f"resuming with changed training options: {', '.join(changed)}")
-    return {k: type(v)(ckpt.get(k, v)) for k, v in FRESH.items()}
-
-
-def restore(ckpt, path, model, optimizer, env):
-    """Model, optimizer and RNG state from a checkpoint whose model is this one."""
+    state = {k: type(v)(ckpt.get(k, v)) for k, v in FRESH.items()}
+    switch = unfreeze_step(config)
+    if switch is not None and state["iter_num"] > switch:  # its optimizer holds the unfrozen parts
+        unfreeze(model, optimizer, config["weight_decay"])
     try:
         check_fingerprint(model, ckpt, path)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        torch.set_rng_state(ckpt["rng"]["torch"].cpu())
-        if "cuda" in ckpt["rng"] and env.device_type == "cuda":
-            torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["rng"]["cuda"]])
     except (KeyError, RuntimeError, ValueError, TypeError) as e:
         raise ConfigError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+    return state
 
 
-FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0, "flops": 0.0, "train_time": 0.0}  # a run's state at step 0
+def start_run(config, task, env, ckpt_path, metrics_path):
+    """A run's model, optimizer, state and eval history, at init or resumed from its checkpoint (metrics.jsonl then
+    loses the evals made after it), and the no-skill levels of its scores, measured on the model at init."""
+    mconf, model, optimizer = new_model(config, task, env)
+    chance = chance_metrics(model, task, env)  # before a checkpoint is loaded
+    state, history = dict(FRESH), []
+    if config["init_from"] == "resume" and (os.path.isfile(ckpt_path) or not config.get("fresh_if_missing")):
+        state = load_state(ckpt_path, mconf, model, optimizer, config, env)
+        history = read_history(metrics_path, state["iter_num"])
+        env.print(f"resumed {ckpt_path} at iter {state['iter_num']}")
+    if env.master:
+        os.makedirs(config["out_dir"], exist_ok=True)
+        write_atomic(metrics_path, lambda f: f.write("".join(json.dumps(m) + "\n" for m in history).encode()))
+    env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] {describe_model(mconf)}; "
+              f"{model.get_num_params() / 1e6:.2f}M non-embedding parameters, "
+              f"{model.get_num_params(trainable=True) / 1e6:.2f}M trainable; out_dir {config['out_dir']}")
+    return mconf, model, optimizer, state, history, chance
 
 
 def unfreeze(model, optimizer, weight_decay):
@@ -211,7 +242,7 @@ def wrap(model, config, env):
     return train_model
 
 
-def train_step(train_model, task, optimizer, scaler, params, config, env, iter_num, shares):
+def train_step(train_model, task, optimizer, scaler, config, env, iter_num, shares):
     """One optimizer step over this process's share of the step; returns its mean loss and the gradient norm."""
     accum, step_loss = config["gradient_accumulation_steps"], torch.zeros((), device=env.device)
     for i, (micro, rows) in enumerate(shares):  # micro-batch k of a step is the same whatever the process count
@@ -227,6 +258,7 @@ def train_step(train_model, task, optimizer, scaler, params, config, env, iter_n
     norm = torch.zeros((), device=env.device)
     if config["grad_clip"]:
         scaler.unscale_(optimizer)
+        params = [p for p in train_model.parameters() if p.requires_grad]
         norm = torch.nn.utils.clip_grad_norm_(params, config["grad_clip"])
         if scaler.is_enabled():  # float16: overflowing steps are skipped by the scaler, not errors
             norm = torch.zeros((), device=env.device)
@@ -251,87 +283,58 @@ def check_finite(first_bad, env, ckpt_path):
         raise TrainingError(f"non-finite loss or gradient norm at iter {step}; stopped, {kept}")
 
 
-def build(config, task, env):
-    """The model (uncompiled: evaluated and saved) and its optimizer. The fixed random parts are checked once to be
-    the same on every process; what unfreezes later waits frozen, learned mixing matrices included."""
-    mconf = model_config(config, task)
-    model = MixiT(mconf, env.device, env.dtype)
-    if unfreeze_step(config):
-        for name, p in model.named_parameters():
-            p.requires_grad_(p.requires_grad and not name.endswith(".mixing"))
-    frozen = [hashlib.sha256(p.detach().cpu().numpy().tobytes()).hexdigest() for p in model.parameters()
-              if not p.requires_grad]
-    env.check_same([fingerprint(model), frozen], "the fixed random parts (mixing matrices, frozen weights)")
-    optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"],
-                                           (config["beta1"], config["beta2"]), env.device_type)
-    return mconf, model, optimizer
-
-
-def begin(config, task, env, ckpt_path, metrics_path):
-    """A run's model, optimizer, state and eval history: fresh, or resumed from its checkpoint (metrics.jsonl then
-    loses the evals made after it)."""
-    mconf, model, optimizer = build(config, task, env)
-    chance = chance_metrics(model, task, env)  # with the model at init, before a checkpoint is loaded
-    state, history, switch = dict(FRESH), [], unfreeze_step(config)
-    if config["init_from"] == "resume" and (os.path.isfile(ckpt_path) or not config.get("fresh_if_missing")):
-        ckpt = load_checkpoint(ckpt_path, env.device)
-        state = resume(ckpt, ckpt_path, mconf, config, env)
-        if switch is not None and state["iter_num"] > switch:  # its optimizer holds the unfrozen parts
-            unfreeze(model, optimizer, config["weight_decay"])
-        restore(ckpt, ckpt_path, model, optimizer, env)
-        history = read_history(metrics_path, state["iter_num"])
-        env.print(f"resumed {ckpt_path} at iter {state['iter_num']}")
-    if env.master:
-        os.makedirs(config["out_dir"], exist_ok=True)
-        write_atomic(metrics_path, lambda f: f.write("".join(json.dumps(m) + "\n" for m in history).encode()))
-    env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] {describe_model(mconf)}; "
-              f"{model.get_num_params() / 1e6:.2f}M non-embedding parameters, "
-              f"{model.get_num_params(trainable=True) / 1e6:.2f}M trainable; out_dir {config['out_dir']}")
-    return mconf, model, optimizer, state, history, chance
+def progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, peak, env):
+    """The log line of a training step: its loss, step size, time, throughput and MFU."""
+    tok_s, mfu = speed(tokens_per_iter, dt, flops_per_token, peak, env.world_size)
+    per = " per process" if env.ddp else ""
+    return (f"iter {iter_num}/{config['max_iters']}: loss {loss.item():.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms/iter, "
+            f"{tok_s:,.0f} tok/s" + (f" over {env.world_size} processes" if env.ddp else "")
+            + f", mfu {'n/a' if mfu is None else f'{mfu * 100:.1f}%'}{per}, "
+            f"eta {format_time((config['max_iters'] - iter_num) * dt)}")
 
 
 def train_run(config, task, env, stop):
     """Train one (task, attn, freeze, unfreeze, seed) run into config['out_dir']; return its eval history."""
     ckpt_path, metrics_path = (os.path.join(config["out_dir"], f) for f in ("ckpt.pt", "metrics.jsonl"))
-    mconf, model, optimizer, state, history, chance = begin(config, task, env, ckpt_path, metrics_path)
-    switch, train_model = unfreeze_step(config), wrap(model, config, env)
+    mconf, model, optimizer, state, history, chance = start_run(config, task, env, ckpt_path, metrics_path)
+    train_model, switch = wrap(model, config, env), unfreeze_step(config)
     scaler = torch.amp.GradScaler(env.device_type, enabled=env.dtype == torch.float16)
-    params = [p for p in model.parameters() if p.requires_grad]
     shares = step_shares(config["gradient_accumulation_steps"], config["batch_size"], env)
-    iter_num, max_iters = state["iter_num"], config["max_iters"]
     tokens_per_iter = config["batch_size"] * mconf.block_size * config["gradient_accumulation_steps"]
     peak, flops_per_token = peak_flops(env.device, env.dtype), model.flops_per_token()
-    loss_sum, loss_steps = torch.tensor(state["loss_sum"], device=env.device), state["loss_steps"]
-    flops, train_time = state["flops"], state["train_time"]  # so far: training FLOPs, and seconds spent training
+    iter_num, loss_steps, flops, train_time = (state[k] for k in ("iter_num", "loss_steps", "flops", "train_time"))
+    loss_sum = torch.tensor(state["loss_sum"], device=env.device)  # the step losses since the last evaluation
     step_t = torch.tensor(iter_num, device=env.device)  # the step counter on the device: no sync to track it
     first_bad = torch.tensor(-1, device=env.device)  # the first step with a non-finite loss or gradient norm
-    snapshot = lambda: {"iter_num": iter_num, "loss_sum": env.all_reduce(loss_sum.clone()).item() / env.world_size,
-                        "loss_steps": loss_steps, "flops": flops, "train_time": train_time}
+
+    def save(metrics=()):  # a collective: the loss sum is all-reduced; never a checkpoint of a poisoned model
+        check_finite(first_bad, env, ckpt_path)
+        state = {"iter_num": iter_num, "loss_sum": env.all_reduce(loss_sum.clone()).item() / env.world_size,
+                 "loss_steps": loss_steps, "flops": flops, "train_time": train_time}
+        if env.master:
+            with open(metrics_path, "a") as f:
+                f.write("".join(json.dumps(m) + "\n" for m in metrics))
+            save_checkpoint(ckpt_path, model, optimizer, mconf, config, state)
+
     t_log = t_mark = time.time()
     log_iters = 0
-    while iter_num < max_iters:
-        signum = env.agree_max(stop.signum)
-        if signum:
-            check_finite(first_bad, env, ckpt_path)
+    while iter_num < config["max_iters"]:
+        if signum := env.agree_max(stop.signum):
             train_time += time.time() - t_mark
-            state = snapshot()  # a collective: every process takes part
-            if env.master:
-                save_checkpoint(ckpt_path, model, optimizer, mconf, config, state)
+            save()
             env.print(f"stopped by {signal.Signals(signum).name} at iter {iter_num}: wrote {ckpt_path}; "
                       f"continue with --init_from=resume")
             raise Interrupted(signum)
-        if iter_num == switch:
-            count, before = unfreeze(model, optimizer, config["weight_decay"]), flops_per_token
-            if count:
-                params, flops_per_token = [p for p in model.parameters() if p.requires_grad], model.flops_per_token()
-                train_model = wrap(model, config, env)  # DDP hooks the parameters that train at its construction
-                env.print(f"iter {iter_num}: unfroze {count:,} parameters; training FLOPs per token "
-                          f"{before / 1e6:.3f}M -> {flops_per_token / 1e6:.3f}M")
+        if iter_num == switch and (count := unfreeze(model, optimizer, config["weight_decay"])):
+            before, flops_per_token = flops_per_token, model.flops_per_token()
+            train_model = wrap(model, config, env)  # DDP hooks the parameters that train at its construction
+            env.print(f"iter {iter_num}: unfroze {count:,} parameters; training FLOPs per token "
+                      f"{before / 1e6:.3f}M -> {flops_per_token / 1e6:.3f}M")
         lr = get_lr(iter_num, config)
         for group in optimizer.param_groups:
             group["lr"] = lr
         try:
-            loss, norm = train_step(train_model, task, optimizer, scaler, params, config, env, iter_num, shares)
+            loss, norm = train_step(train_model, task, optimizer, scaler, config, env, iter_num, shares)
         except torch.OutOfMemoryError:
             raise out_of_memory(config, ckpt_path) from None
         step_t += 1
@@ -339,34 +342,23 @@ def train_run(config, task, env, stop):
         loss_sum += loss
         flops += flops_per_token * tokens_per_iter
         iter_num, loss_steps, log_iters = iter_num + 1, loss_steps + 1, log_iters + 1
-
-        if iter_num % config["log_interval"] == 0 or iter_num == max_iters:
+        last = iter_num == config["max_iters"]
+        if iter_num % config["log_interval"] == 0 or last:
             check_finite(first_bad, env, ckpt_path)  # the one host sync of a logging step
             dt = (time.time() - t_log) / log_iters
-            tok_s, mfu = speed(tokens_per_iter, dt, flops_per_token, peak, env.world_size)
-            env.print(f"iter {iter_num}/{max_iters}: loss {loss.item():.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms/iter, "
-                      f"{tok_s:,.0f} tok/s" + (f" over {env.world_size} processes" if env.ddp else "")
-                      + f", mfu {'n/a' if mfu is None else f'{mfu * 100:.1f}%'}"
-                      + (" per process" if env.ddp else "") + f", eta {format_time((max_iters - iter_num) * dt)}")
+            env.print(progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, peak, env))
             t_log, log_iters = time.time(), 0
-
-        if iter_num % config["eval_interval"] == 0 or iter_num == max_iters:
-            check_finite(first_bad, env, ckpt_path)  # never checkpoint a poisoned model
+        if iter_num % config["eval_interval"] == 0 or last:
             train_time += time.time() - t_mark  # the loss read above waited for the device: the steps are done
             train_loss = env.all_reduce(loss_sum.clone()).item() / loss_steps / env.world_size
             loss_sum.zero_()
             loss_steps = 0
-            metrics = {"iter": iter_num, "train_loss": train_loss,
-                       **eval_metrics(model, task, config["batch_size"], env, chance),
-                       "lr": lr, "tokens": iter_num * tokens_per_iter, "flops": flops, "time": round(train_time, 2)}
-            history.append(metrics)
-            state = snapshot()
-            if env.master:
-                with open(metrics_path, "a") as f:
-                    f.write(json.dumps(metrics) + "\n")
-                save_checkpoint(ckpt_path, model, optimizer, mconf, config, state)
-            env.print("eval " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                                          for k, v in metrics.items() if not isinstance(v, list) and k not in
+            history.append({"iter": iter_num, "train_loss": train_loss,
+                            **eval_metrics(model, task, config["batch_size"], env, chance), "lr": lr,
+                            "tokens": iter_num * tokens_per_iter, "flops": flops, "time": round(train_time, 2)})
+            save(history[-1:])
+            env.print("eval " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in
+                                          history[-1].items() if not isinstance(v, list) and k not in
                                           ("lr", "tokens", "flops", "time")))
             t_log, log_iters, t_mark = time.time(), 0, time.time()
     return history

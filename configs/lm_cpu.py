@@ -12,6 +12,8 @@
 #   python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --depth_alpha=1.0 --cminus=1.0 --out_dir=out/lm_cpu_launcher
 # (without an offline copy, drop --src: prepare.py downloads WikiText-2.) configs/wikitext2_bpe_cpu.py is the
 # GPT-2 BPE version of this run, configs/lm_paper.py the paper's setup.
+# MixiT with head 1 the prefix mean (configs/arithmetic_cpu.py says why):
+#   python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --mean_head=True --out_dir=out/lm_cpu_mean
 task = "wikitext2_bytes"
 out_dir = "out/lm_cpu"
 eval_iters = 8

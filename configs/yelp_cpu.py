@@ -18,6 +18,8 @@
 #   python train.py configs/yelp_cpu.py --seeds=3 --attn=mixing --base_width=512 --out_dir=out/yelp_cpu_base512
 #   python train.py configs/yelp_cpu.py --seeds=3 --attn=mixing --mixing_heads=64 --out_dir=out/yelp_cpu_h64
 #   python train.py configs/yelp_cpu.py --seeds=3 --attn=softmax,mixing --max_iters=800 --out_dir=out/yelp_cpu_long
+# MixiT with head 1 the prefix mean (configs/arithmetic_cpu.py says why):
+#   python train.py configs/yelp_cpu.py --attn=mixing --seeds=3 --mean_head=True --out_dir=out/yelp_cpu_mean
 task = "yelp_polarity"
 out_dir = "out/yelp_cpu"
 n_layer = 2

@@ -1,0 +1,350 @@
+"""
+Every picture and report: a comparison's table of final metrics (results.md), runs (runs.json), curves (compare.png)
+and headline scores against training cost (cost.png); the pictures of sample.py's and bench.py's numbers.
+
+  python report.py out/where_cpu                             # redo its results.md, runs.json, compare.png, cost.png
+  python report.py out/where_cpu out/when_cpu --out_dir=out  # cost.png over every run of both
+"""
+import json
+import os
+import sys
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")  # drawing to files: no display needed
+import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
+
+from common import ConfigError, cli, configure, format_time, write_atomic
+from mixit import ATTNS, LETTERS, MIXING
+
+DEFAULTS = {"out_dir": ""}  # where the files go; '': the folders' common parent (the folder itself, given one)
+
+# ----------------------------------------------------------------------------- reports of a comparison
+
+
+def describe_model(m):
+    """What tells variants apart: shape, heads, each layer's attention, the parametrization, frozen W_Q, W_K's init."""
+    parts = [f"{m.n_layer} layers x {m.n_embd}, {m.n_head} heads"]
+    if m.attn not in ATTNS:
+        parts.append("layers " + " ".join(m.layer_attn))
+    parts.append(f"MixiT parametrization (multipliers base {m.base_width:g}, skip {m.skip:.3g}, c- {m.cminus:g})"
+                 if m.mixit_param else "standard parametrization")
+    if "frozen_qk" in m.layer_attn:
+        parts.append("frozen W_Q, W_K ~ " + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
+    if m.depth_alpha:
+        parts.append(f"residual (base depth {m.base_depth:g} / layers)^{m.depth_alpha:g}")
+    if m.n_classes:
+        mixing = not m.causal and any(a in MIXING for a in m.layer_attn)
+        parts.append(f"{m.pool} pooling, pads {m.pads}" + (f", {m.centring} centring" if mixing else ""))
+    return ", ".join(parts)
+
+
+def summarize(runs, histories):
+    """Final metrics per (task, variant): mean and sample standard deviation (n - 1) over seeds."""
+    groups = {}
+    for run, history in zip(runs, histories):
+        groups.setdefault((run["task"], run["variant"]), []).append((run, history[-1]))
+    table = []
+    for (task_name, variant), members in groups.items():
+        finals = [f for _, f in members]
+        keys = [k for k in finals[0] if not isinstance(finals[0][k], list) and k not in ("iter", "lr", "tokens")]
+        stats = {k: (float(np.mean([f[k] for f in finals])), float(np.std([f[k] for f in finals], ddof=1))
+                     if len(finals) > 1 else 0.0) for k in keys}
+        table.append({"task": task_name, "variant": variant, "model": members[0][0]["model"], "seeds": len(finals),
+                      "iter": finals[0]["iter"], **stats})
+    return table
+
+
+def table(rows, columns):
+    """A markdown table of rows (dicts): columns maps each heading to a key (or a function of the row)."""
+    fmt = lambda v: "" if v is None else f"{v:,.0f}" if isinstance(v, float) and abs(v) >= 100 else \
+        f"{v:.3g}" if isinstance(v, float) else str(v)
+    get = lambda r, k: k(r) if callable(k) else r.get(k)
+    return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+                     + ["| " + " | ".join(fmt(get(r, k)) for k in columns.values()) + " |" for r in rows]) + "\n"
+
+
+def markdown_table(summary):
+    """results.md's table: a row per (task, variant), each metric's mean ± its standard deviation over seeds."""
+    keys = list(dict.fromkeys(k for row in summary for k in row if isinstance(row[k], tuple)))
+    cell = lambda k: lambda r: "" if k not in r else f"{r[k][0]:.4g}" + (f" ± {r[k][1]:.2g}" if r[k][1] else "")
+    return table(summary, {"task": "task", "variant": "variant", "seeds": "seeds", "iters": "iter",
+                           **{k: cell(k) for k in keys}, "model": "model"})
+
+
+def write_report(runs, histories, label, out_dir, env, seconds):
+    """The report of train.py's runs (write_files), from the master process; label names a run's variant."""
+    if env.master:
+        runs = [{"task": r["task"], "variant": label(r), "attn": r["attn"], "freeze": r["freeze"],
+                 "unfreeze_at": r["unfreeze_at"], "seed": r["seed"], "model": r["model"],
+                 "run_dir": os.path.relpath(r["out_dir"], out_dir), "hardware": env.describe(), "seconds": seconds,
+                 "step_samples": r["batch_size"] * r["gradient_accumulation_steps"]} for r in runs]
+        write_files(runs, histories, out_dir)
+
+
+def write_files(runs, histories, out_dir):
+    """Print the comparison's table; write into out_dir results.md (the table), runs.json (per run: what tells it
+    apart, its folder run_dir, the comparison's hardware and seconds, its final metrics and cost), compare.png and
+    cost.png."""
+    finals = [{**r, "samples": h[-1]["iter"] * r["step_samples"], **h[-1]} for r, h in zip(runs, histories)]
+    text = markdown_table(summarize(finals, histories))
+    print("\n" + text, end="", flush=True)
+    seeds = sorted({r["seed"] for r in finals})
+    spread = f", mean ± sample std (n - 1) over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
+    header = f"# {', '.join(dict.fromkeys(r['task'] for r in finals))}\n\nFinal metrics{spread}. {len(finals)} runs " \
+             f"in {format_time(finals[0]['seconds'])} on {finals[0]['hardware']}.\n\n"
+    write_atomic(os.path.join(out_dir, "results.md"), lambda f: f.write((header + text).encode()))
+    write_atomic(os.path.join(out_dir, "runs.json"), lambda f: f.write(json.dumps(finals, indent=1).encode()))
+    plot_comparison(finals, histories, os.path.join(out_dir, "compare.png"))
+    plot_cost(finals, os.path.join(out_dir, "cost.png"))
+    print(f"wrote {', '.join(os.path.join(out_dir, f) for f in ('results.md', 'compare.png', 'cost.png'))}")
+
+
+# ----------------------------------------------------------------------------- plots
+
+COLORS = {"softmax": "tab:blue", "frozen_qk": "tab:orange", "mixing": "tab:green", "learned_mixing": "tab:red"}
+PATTERN_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "gold", "navy", "teal",
+                  "maroon", "lime", "magenta", "peru", "darkslategray", "khaki", "indigo"]  # hybrids, in turn
+FREEZE_STYLES = {"": "-", "mlp": "--", "blocks": ":"}
+
+
+def save(fig, path):
+    """fig as a png at path, then closed."""
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+PANELS = {  # a panel: the metric, what runs along x (iter, flops or time; final: the last eval's list), title, y label
+    "val_acc": ("val_acc", "iter", "accuracy", "accuracy (fraction of answers)"),
+    "val_loss": ("val_loss", "iter", "evaluation loss", "cross-entropy"),
+    "induction_score": ("induction_score", "iter", "best head's induction score", "weight on the token after a match"),
+    "acc_flops": ("val_acc", "flops", "accuracy against training FLOPs", "accuracy"),
+    "acc_time": ("val_acc", "time", "accuracy against training time", "accuracy"),
+    "val_acc_pos": ("val_acc_pos", "final", "final accuracy per answer position", "accuracy"),
+    "val_acc_n": ("val_acc_n", "final", "final accuracy by number of pairs", "accuracy"),
+    "val_acc_at": ("val_acc_at", "final", "final accuracy by the answer's place", "accuracy"),
+    "induction_layers": ("induction_layers", "final", "final induction score per layer (best head)", "induction score")}
+X_LABELS = {"iter": "optimizer step", "flops": "training FLOPs", "time": "training time (s)", "val_acc_pos":
+            "answer position", "val_acc_n": "key-value pairs in the sequence", "induction_layers": "layer",
+            "val_acc_at": "position of the query (the answer follows it)"}
+LEVELS = {"val_acc": ("val_acc_chance", "dashed: chance"), "induction_score": ("induction_init", "dashed: at init")}
+
+
+def variant_colors(runs):
+    """A colour per variant: its attention's (a hybrid's from a palette), shaded light to dark where several variants
+    share it (MixiT's head counts, unfreezing schedules)."""
+    kind = lambda run: LETTERS.get(run["attn"][0]) if len(set(run["attn"])) == 1 else run["attn"]  # mmmm: mixing
+    patterns = list(dict.fromkeys(kind(r) for r in runs if kind(r) not in COLORS))
+    base = lambda r: COLORS.get(kind(r)) or PATTERN_COLORS[patterns.index(kind(r)) % len(PATTERN_COLORS)]
+    groups = {}
+    for run in runs:
+        groups.setdefault(base(run), {}).setdefault(run["variant"], run)
+    colors = {}
+    for color, members in groups.items():
+        for k, name in enumerate(members):
+            darkness = 1.0 if len(members) == 1 else 0.35 + 0.65 * k / (len(members) - 1)
+            colors[name] = tuple(1 - darkness * (1 - c) for c in matplotlib.colors.to_rgb(color))  # blended with white
+            if len(members) > 4:  # too many shades to tell apart: a colour map instead
+                colors[name] = plt.cm.viridis(k / (len(members) - 1))
+    return colors
+
+
+def plot_comparison(runs, histories, path):
+    """Per task: accuracy and loss against steps, the induction score, accuracy against training FLOPs and time
+    (where runs unfreeze), the final accuracy per answer position, by number of pairs and by place and the induction
+    score per layer (where measured); one colour per variant, mean over seeds with a band of ± the sample standard
+    deviation (for up to 6 variants); dashed, each score's chance level (LEVELS)."""
+    tasks = list(dict.fromkeys(run["task"] for run in runs))
+    cost = any(run["unfreeze_at"] != "never" for run in runs)
+    panels = {t: [p for p, (key, x, *_) in PANELS.items() if (x not in ("flops", "time") or cost)
+                  and any(key in h[-1] for r, h in zip(runs, histories) if r["task"] == t)] for t in tasks}
+    ncols, colors = max(map(len, panels.values())), variant_colors(runs)
+    fig, axes = plt.subplots(len(tasks), ncols, figsize=(5.2 * ncols, 3.6 * len(tasks)), squeeze=False)
+    for row, task_name in zip(axes, tasks):
+        curves = {}
+        for run, history in zip(runs, histories):
+            if run["task"] == task_name:
+                curves.setdefault(run["variant"], (run, []))[1].append(history)
+        for ax, panel in zip(row, panels[task_name]):
+            key, x, title, ylabel = PANELS[panel]
+            for name, (run, hs) in curves.items():
+                values = np.array([h[-1][key] for h in hs] if x == "final" else [[m[key] for m in h] for h in hs])
+                xs = np.arange(values.shape[1]) + (key == "val_acc_n") if x == "final" else \
+                    np.mean([[m[x] for m in h] for h in hs], 0)  # measured times differ by seed: their mean
+                mean = values.mean(0)
+                ax.plot(xs, mean, FREEZE_STYLES[run["freeze"]], color=colors[name], label=name,
+                        marker="o" if x == "final" else None)
+                if len(hs) > 1 and len(curves) <= 6:  # more bands than that hide the curves
+                    std = values.std(0, ddof=1)
+                    ax.fill_between(xs, mean - std, mean + std, color=colors[name], alpha=0.2)
+                level, note = LEVELS.get(key, (None, ""))
+                if level in hs[0][-1]:  # what the score reads with no skill
+                    ax.axhline(np.mean([h[-1][level] for h in hs]), ls="--", lw=1,
+                               color="gray" if level == "val_acc_chance" else colors[name])  # a task's, a variant's
+                    title = f"{PANELS[panel][2]} ({note})"
+            ax.set(title=f"{task_name}: {title}", ylabel=ylabel, xlabel=X_LABELS[key if x == "final" else x])
+            if key != "val_loss":
+                ax.set_ylim(-0.02, 1.02)
+            if x == "final":
+                ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        for ax in row[len(panels[task_name]):]:
+            ax.axis("off")
+    fig.tight_layout()
+    save(fig, path)
+
+
+HEADLINES = {"val_acc": "final accuracy", "val_loss": "validation loss (nats per token)"}  # a score's axis label
+
+
+def headline(final):
+    """The score a run is judged by: validation loss for a language model (it reports val_ppl and has no chance
+    level), else accuracy."""
+    return "val_loss" if "val_ppl" in final and "val_acc_chance" not in final else "val_acc"
+
+
+def plot_cost(finals, path):
+    """Each run's headline score against its training cost, one point per run: the training FLOPs, and the measured
+    training time per sample; a row per score (accuracy, validation loss), a colour per variant, a marker per task,
+    each task's chance level dashed."""
+    colors, tasks = variant_colors(finals), list(dict.fromkeys(r["task"] for r in finals))
+    markers = {task: "os^DvP*Xh<>p"[k % 12] for k, task in enumerate(tasks)}
+    scores = list(dict.fromkeys(map(headline, finals)))
+    fig, axes = plt.subplots(len(scores), 2, figsize=(12, 4.6 * len(scores)), squeeze=False, layout="constrained")
+    for row, score in zip(axes, scores):
+        runs, label = [r for r in finals if headline(r) == score], HEADLINES[score]
+        for ax, (what, cost) in zip(row, (("training FLOPs", lambda r: r["flops"]),
+                                          ("training time per sample (ms)", lambda r: 1e3 * r["time"] / r["samples"]))):
+            for r in runs:
+                ax.scatter(cost(r), r[score], color=colors[r["variant"]], marker=markers[r["task"]], s=28, alpha=0.85)
+            for level in {r["val_acc_chance"] for r in runs if "val_acc_chance" in r}:  # each task's chance level
+                ax.axhline(level, color="gray", ls="--", lw=1)
+            costs = [cost(r) for r in runs]  # on a log scale where they span more than a decade: labelled ticks
+            ax.set(xscale="log" if max(costs) > 10 * min(costs) else "linear", xlabel=what, ylabel=label,
+                   title=f"{label.split(' (')[0]} against {what}")
+            if score == "val_acc":
+                ax.set_ylim(-0.02, 1.02)
+            ax.tick_params(axis="x", which="minor", labelbottom=False)
+            ax.grid(alpha=0.3)
+    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=v) for v, c in colors.items()]
+    handles += [plt.Line2D([], [], color="black", marker=m, ls="", label=t) for t, m in markers.items()]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=7, ncols=1 + len(handles) // 25)
+    save(fig, path)
+
+
+def plot_attention_maps(maps, labels, path, title):
+    """A layers x heads grid of heatmaps of maps (L, H, t, t), queries down and keys across, one colour bar."""
+    L, H, t, _ = maps.shape
+    signed = maps.min() < 0  # MixiT's fixed matrices are no probabilities: a diverging scale around 0
+    vmax = float(np.abs(maps).max()) if signed else 1.0
+    cell = 2.6 if labels is None else max(2.6, 0.17 * t + 0.9)
+    fig, axes = plt.subplots(L, H, figsize=(cell * H + 1.5, cell * L + 0.8), squeeze=False, layout="constrained")
+    for (l, h), ax in np.ndenumerate(axes):
+        im = ax.imshow(maps[l, h], cmap="RdBu_r" if signed else "Blues", vmin=-vmax if signed else 0.0, vmax=vmax)
+        ax.set_title(f"layer {l}, head {h}", fontsize=10)
+        if labels is not None:
+            ax.set_xticks(range(t), labels, rotation=90, fontsize=7)
+            ax.set_yticks(range(t), labels, fontsize=7)
+        if l == L - 1:
+            ax.set_xlabel("key (attended to)")
+        if h == 0:
+            ax.set_ylabel("query")
+    fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
+    fig.suptitle(title)
+    save(fig, path)
+
+
+def plot_induction(scores, path, title):
+    """A layers x heads heatmap of induction scores on a 0..1 colour scale, each cell annotated."""
+    L, H = scores.shape
+    fig, ax = plt.subplots(figsize=(1.0 * H + 2.5, 0.8 * L + 1.5), layout="constrained")
+    im = ax.imshow(scores, cmap="viridis", vmin=0.0, vmax=1.0)
+    for (l, h), v in np.ndenumerate(scores):
+        ax.text(h, l, f"{v:.2f}", ha="center", va="center", color="black" if v > 0.6 else "white", fontsize=9)
+    ax.set(xticks=range(H), yticks=range(L), xlabel="head", ylabel="layer", title=title)
+    fig.colorbar(im, ax=ax, label="induction score")
+    save(fig, path)
+
+
+def plot_propagation(stats, width, path):
+    """Token covariance (log scale) and cosine similarity against depth at init, a curve per network with a band of
+    ± its standard deviation; stats: {network: (mean, std)}, each (depth+1, 2), drawn in MixiT's colour, gray and
+    softmax's, in turn."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    for (name, (mean, std)), color in zip(stats.items(), (COLORS["mixing"], "tab:gray", COLORS["softmax"])):
+        for k, ax in enumerate(axes):
+            ax.plot(mean[:, k], color=color, label=name)
+            ax.fill_between(range(len(mean)), mean[:, k] - std[:, k], mean[:, k] + std[:, k], color=color, alpha=0.2)
+    for ax, what in zip(axes, ("covariance", "cosine similarity")):
+        ax.set(xlabel="layer", ylabel=f"mean token {what}", title=f"token {what} at init, width {width}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_yscale("log")
+    save(fig, path)
+
+
+def plot_sweep(points, shape, path):
+    """bench.py's context sweep (its sweep_points; shape: one of its rows): each variant's training tokens/s against
+    T, and mixing's speed over softmax's beside the FLOP ratio."""
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    Ts = [p["T"] for p in points]
+    for a in dict.fromkeys(k for p in points for k in p if k in COLORS):
+        ax.plot(Ts, [p.get(a) for p in points], "o-", color=COLORS[a], label=a)
+    if "speed_ratio" in points[0]:
+        ax2.plot(Ts, [p["speed_ratio"] for p in points], "o-", color=COLORS["mixing"], label="measured speed ratio")
+        ax2.plot(Ts, [p["flop_ratio"] for p in points], "s--", color="gray", label="FLOP ratio softmax / mixing")
+    ax.set(ylabel="training tokens/s", ylim=(0, None), title=f"{shape['n_layer']} layers, width {shape['n_embd']}, "
+           f"{shape['tokens_per_step']:,} tokens per step")
+    ax2.set(ylabel="mixing over softmax", title="MixiT's speed-up")
+    for a in (ax, ax2):
+        a.set(xscale="log", xlabel="context length T")
+        a.set_xticks(Ts, [str(T) for T in Ts])
+        a.minorticks_off()
+        a.grid(alpha=0.3)
+        if a.lines:
+            a.legend()
+    fig.tight_layout()
+    save(fig, path)
+
+
+# ----------------------------------------------------------------------------- the script: finished comparisons
+
+
+def read_json(path, lines=False):
+    """A JSON file of a comparison (lines: a JSON value a line); a missing, unreadable or empty one is a ConfigError."""
+    try:
+        with open(path) as f:
+            value = [json.loads(line) for line in f] if lines else json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot read {path} ({e.strerror if isinstance(e, OSError) else e}); a finished "
+                          f"train.py comparison's folder holds it") from None
+    if not value:
+        raise ConfigError(f"{path} is empty; a finished train.py comparison's folder holds its runs")
+    return value
+
+
+def main(argv):
+    """Given one comparison folder, its report again from its runs' files (their metrics.jsonl); given several, the
+    cost plot of all their runs."""
+    config = configure(DEFAULTS, [a for a in argv if a.startswith("--")], files=False)
+    folders = [a for a in argv if not a.startswith("--")]
+    if not folders:
+        raise ConfigError("name the folders of finished train.py comparisons: python report.py DIR [DIR ...]")
+    out = config["out_dir"] or os.path.relpath(os.path.commonpath([os.path.abspath(f) for f in folders]))
+    runs = [read_json(os.path.join(folder, "runs.json")) for folder in folders]
+    os.makedirs(out, exist_ok=True)
+    if len(folders) > 1:
+        plot_cost([r for rs in runs for r in rs], os.path.join(out, "cost.png"))
+        print(f"wrote {os.path.join(out, 'cost.png')}: {sum(map(len, runs))} runs")
+    elif "run_dir" not in runs[0][0]:
+        raise ConfigError(f"{folders[0]}/runs.json names no run folders (an older train.py wrote it); run its "
+                          f"train.py command again with --init_from=resume")
+    else:
+        write_files(runs[0], [read_json(os.path.join(folders[0], r["run_dir"], "metrics.jsonl"), lines=True)
+                              for r in runs[0]], out)
+
+
+if __name__ == "__main__":
+    sys.exit(cli(main, sys.argv[1:]))
