@@ -101,9 +101,8 @@ def host_memory(what="VmHWM", reset=False):
 
 
 def build_costs(env, config, out):
-    """MixiT's fixed matrices at long context: the time and host memory of building the model on this device, and
-    on the meta device (a stand-in for a GPU on a machine without one: what a build leaves on the host); the size of
-    its checkpoint beside a softmax model's of the same width."""
+    """MixiT at long context: the time and host memory of a build on this device and on the meta device (a GPU's
+    stand-in: what a build leaves on the host), and its checkpoint's size beside a softmax model's of the same width."""
     shape = SIZES[config["size"]]["build"]
     L, C, H, T = (shape[k] for k in ("n_layer", "n_embd", "n_head", "block_size"))
     cfg = lambda attn: MixiTConfig(**shape, attn=attn)
@@ -141,8 +140,8 @@ def build_costs(env, config, out):
 def calibrate(env, peak):
     """A large matmul's rate measured now, beside the peak MFU is counted against (on a CPU, the same)."""
     info = {"device": env.describe(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "dtype": str(env.dtype).removeprefix("torch."), "matmul": "1024^3", "peak_tflops": peak and peak / 1e12}
-    info["measured_tflops"] = info["peak_tflops"]
+            "dtype": str(env.dtype).removeprefix("torch."), "matmul": "1024^3", "peak_tflops": peak and peak / 1e12,
+            "measured_tflops": peak and peak / 1e12}
     if env.device_type == "cuda":
         n, iters = 8192, 20
         a, b = (torch.randn(n, n, device=env.device, dtype=env.dtype) for _ in range(2))
@@ -159,9 +158,8 @@ def calibrate(env, peak):
 
 
 def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_steps=0, profile_to=None):
-    """Time optimizer steps of one variant at shape (SHAPE's keys, and any other MixiTConfig field): a row of the
-    table. With profile_to, profile_steps more steps run under torch.profiler, whose table goes to that file
-    (row['profile'])."""
+    """A row of the table: optimizer steps of one variant at shape (SHAPE's keys, any other MixiTConfig field) timed;
+    with profile_to, profile_steps more under torch.profiler (its table in that file, its top 5 in row['profile'])."""
     B, A, T, V = (shape[k] for k in ("batch_size", "accum", "block_size", "vocab_size"))
     torch._dynamo.reset()  # the last model's compiled graphs go: each compiles afresh, no recompile limit is met
     gc.collect()
@@ -209,8 +207,7 @@ def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_ste
 
 
 def profile(env, step, n, path, title):
-    """torch.profiler over n steps: its table of the top 15 by device time (CPU time on a CPU) written to path;
-    returns the top 5."""
+    """torch.profiler over n steps: the top 15 by device time (on a CPU: CPU time) into path; returns the top 5."""
     cuda = env.device_type == "cuda"
     activities = [torch.profiler.ProfilerActivity.CPU] + [torch.profiler.ProfilerActivity.CUDA] * cuda
     with torch.profiler.profile(activities=activities) as prof:
@@ -229,8 +226,7 @@ def profile(env, step, n, path, title):
 
 
 def sweep(env, config, timed):
-    """Tokens/s of every variant as the context grows, at a fixed number of tokens per step; rows already
-    timed at the same shape (timed) are reused."""
+    """Tokens/s of every variant as the context grows, tokens per step fixed; reuses rows timed at the same shape."""
     s, key = SIZES[config["size"]]["sweep"], lambda r: (r["attn"], *(r[k] for k in SHAPE))
     reuse, rows = {key(r): r for r in timed}, []
     for T in s["Ts"]:
@@ -280,8 +276,7 @@ def mixing_op(env, config):
 
 
 def block_step(env, config):
-    """A MixiT training step with its causal product in blocks of mix_block rows against one dense product (a block of
-    T rows), the same shape, repeats interleaved."""
+    """A MixiT training step, its causal product in blocks of mix_block rows against one dense one, interleaved."""
     shape, block = SIZES[config["size"]]["step"], config["mix_block"]
     shapes = {"dense": dict(shape, mix_block=shape["block_size"]), "blocks": dict(shape, mix_block=block)}
     runs = {name: [] for name in shapes}
@@ -294,8 +289,7 @@ def block_step(env, config):
 
 
 def smoke(env, config, attn, out):
-    """A short train.py run of one variant, in this process (its output in smoke_<variant>.log): its final metrics
-    and wall time."""
+    """A short train.py run of one variant in this process (output: smoke_<variant>.log): final metrics, wall time."""
     run_dir, n = os.path.join(out, f"smoke_{attn}"), config["smoke_iters"]
     args = [f"--task={config['smoke_task']}", f"--attn={attn}", f"--max_iters={n}", f"--eval_interval={n}",
             f"--log_interval={max(1, n // 4)}", f"--device={env.device}", f"--dtype={config['dtype']}",
@@ -389,8 +383,7 @@ def sweep_points(rows):
     points = []
     for T in dict.fromkeys(r["block_size"] for r in rows):
         at = {r["attn"]: r for r in rows if r["block_size"] == T}
-        point = {"T": T, "batch": next(iter(at.values()))["batch_size"]}
-        point.update({a: r["tok_s_median"] for a, r in at.items()})
+        point = {"T": T, "batch": next(iter(at.values()))["batch_size"]} | {a: r["tok_s_median"] for a, r in at.items()}
         if "softmax" in at and "mixing" in at:
             point.update(speed_ratio=at["mixing"]["tok_s_median"] / at["softmax"]["tok_s_median"],
                          flop_ratio=at["softmax"]["flops_per_token"] / at["mixing"]["flops_per_token"])
@@ -407,8 +400,7 @@ def write(results, env, out):
 
 
 def train_and_profile(env, config, wanted, results, out):
-    """The train part: every variant at every shape; the profile part: the first shape's models, after their
-    timing (alone: after one timed step)."""
+    """The train part (every variant at every shape) and the profile part (the first shape's models, after timing)."""
     for i, (name, shape) in enumerate(results["shapes"].items()):
         for a in config["attns"]:
             prof = os.path.join(out, f"profile_{a}.txt") if "profile" in wanted and i == 0 else None

@@ -1,7 +1,6 @@
 """
 What every mixit script shares and the model does not need: the command line and its errors, the configurator,
-the device, dtype and process set-up, the peak FLOP/s of the hardware, and checkpoints. The reports and plots of
-a comparison are report.py's.
+the device, dtype and process set-up, the peak FLOP/s of the hardware, and checkpoints.
 """
 import ast
 import datetime
@@ -22,7 +21,6 @@ from mixit import MixiT, MixiTConfig
 
 # ----------------------------------------------------------------------------- errors and the command line
 
-
 class ConfigError(Exception):
     """Bad input: reported in one line, exit status 2."""
 
@@ -36,8 +34,7 @@ class Interrupted(Exception):
 
 
 class Stop:
-    """SIGTERM and Ctrl-C set a flag: the run checkpoints after the current step and exits. A second Ctrl-C
-    stops at once."""
+    """SIGTERM and Ctrl-C set a flag: the run checkpoints after this step and exits; a second Ctrl-C stops at once."""
 
     def __init__(self):
         self.signum = 0
@@ -54,16 +51,12 @@ class Stop:
 
 
 def cli(main, argv):
-    """Run main(argv): bad input ends in one line on stderr and exit status 2, a run that cannot go on in one
-    line and status 1, a SIGTERM or Ctrl-C (after its checkpoint) in 128 + the signal number; never a traceback."""
+    """Run main(argv) and return its exit status: 2 or 1 after an error's one line on stderr, 128 + a signal number."""
     try:
         main(argv)
-    except ConfigError as e:
+    except (ConfigError, TrainingError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    except TrainingError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, ConfigError) else 1
     except Interrupted as e:
         return 128 + e.args[0]
     return 0
@@ -76,22 +69,19 @@ def format_time(seconds):
 
 # ----------------------------------------------------------------------------- configuration
 
-
 def defaults_of(namespace):
     """The plain values (int, float, str, bool) of a script's globals: its options."""
     return {k: v for k, v in namespace.items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
 
 
-def positive(value):
-    return None if value > 0 else "must be positive"
+def rule(holds, problem):
+    """A rule of an option: None where holds(value), else the problem."""
+    return lambda value: None if holds(value) else problem
 
 
-def non_negative(value):
-    return None if value >= 0 else "must be zero or positive"
-
-
-def unit_interval(value):
-    return None if 0 <= value < 1 else "must lie in [0, 1)"
+positive = rule(lambda v: v > 0, "must be positive")
+non_negative = rule(lambda v: v >= 0, "must be zero or positive")
+unit_interval = rule(lambda v: 0 <= v < 1, "must lie in [0, 1)")
 
 
 class OneOf(tuple):
@@ -124,8 +114,7 @@ def check(key, value, defaults, rules, source):
         value = float(value)
     if not (isinstance(rule, OneOf) and value in rule) and type(value) is not type(default):
         raise ConfigError(f"{key}={value!r} in {source}: expected a {type(default).__name__}, like {default!r}")
-    problem = rule(value) if rule else None
-    if problem:
+    if rule and (problem := rule(value)):
         raise ConfigError(f"{key}={value!r} in {source}: {problem}")
     return value
 
@@ -151,10 +140,9 @@ def configure(defaults, argv, rules=None, files=True):
             for key, value in namespace.items():
                 if not key.startswith("_") and not callable(value) and not hasattr(value, "__file__"):
                     config[key] = check(key, value, defaults, rules, arg)
-        elif files:
-            raise ConfigError(f"config file not found: {arg} (options are written --key=value)")
         else:
-            raise ConfigError(f"unexpected argument {arg!r}; options are written --key=value")
+            raise ConfigError(f"config file not found: {arg} (options are written --key=value)" if files else
+                              f"unexpected argument {arg!r}; options are written --key=value")
     return config
 
 
@@ -196,9 +184,8 @@ class Env:
         return f"{self.world_size} x {name}, {str(self.dtype).removeprefix('torch.')}, torch {torch.__version__}"
 
     def to_device(self, *tensors):
-        if self.device_type == "cuda":
-            return [t.pin_memory().to(self.device, non_blocking=True) for t in tensors]
-        return [t.to(self.device) for t in tensors]
+        cuda = self.device_type == "cuda"  # from pinned memory, the copy overlaps the GPU's work
+        return [(t.pin_memory() if cuda else t).to(self.device, non_blocking=cuda) for t in tensors]
 
     def all_reduce(self, tensor):
         if self.ddp:
@@ -213,39 +200,29 @@ class Env:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.control)
         return int(t.item())
 
-    def broadcast_host(self, values):
-        """Rank 0's list of integers, on every process."""
-        if not self.ddp:
-            return values
-        t = torch.tensor(values, dtype=torch.int64)
-        dist.broadcast(t, 0, group=self.control)
-        return t.tolist()
-
     def check_same(self, values, what):
-        """Under DDP every process must hold rank 0's values (a digest of the fixed random parts)."""
-        if not self.ddp:
-            return
-        mine = [int.from_bytes(hashlib.sha256(repr(values).encode()).digest()[:7], "little")]
-        if self.agree_max(int(self.broadcast_host(mine) != mine)):
+        """Under DDP every process must hold the same values: each one's digest of them must be the largest."""
+        mine = int.from_bytes(hashlib.sha256(repr(values).encode()).digest()[:7], "little")
+        if self.agree_max(int(self.agree_max(mine) != mine)):
             raise TrainingError(f"rank {self.rank}: {what} differ between processes; every rank must run the same "
                                 f"code with the same seed")
 
 
 def pick_device(name, local_rank=0, ddp=False):
-    """torch.device for 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'. A CUDA device always carries its index
-    (torch.cuda.set_device needs one): 'cuda' is cuda:LOCAL_RANK, or cuda:0 where the process sees one GPU."""
-    valid = "auto, cpu, cuda, cuda:N, mps"
+    """torch.device for 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; a CUDA device always has an index (set_device's)."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ConfigError(f"unknown device {name!r}; valid: {valid}") from None
+        device = None
+    if device is None or device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"unknown device {name!r}; valid: auto, cpu, cuda, cuda:N, mps")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(f"device={name} but CUDA is not available here; valid: cpu"
                               + (", mps" if torch.backends.mps.is_available() else ""))
-        if device.index is None:  # one GPU visible (a launcher that gives each task its own): that one
+        if device.index is None:  # cuda:LOCAL_RANK, or the one GPU visible (a launcher gave each task its own)
             device = torch.device("cuda", local_rank if torch.cuda.device_count() > 1 else 0)
         elif ddp:
             raise ConfigError(f"device={name} under torchrun: every process needs its own GPU; use device=cuda "
@@ -256,8 +233,6 @@ def pick_device(name, local_rank=0, ddp=False):
         torch.cuda.set_device(device)
     elif device.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"device={name} but MPS is not available here; valid: cpu")
-    elif device.type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"unknown device {name!r}; valid: {valid}")
     return device
 
 
@@ -274,8 +249,7 @@ def pick_dtype(name, device):
 
 
 def setup(device="auto", dtype="auto"):
-    """The Env of this process: one process, or one of several under torchrun (RANK, LOCAL_RANK and
-    WORLD_SIZE set), whose process group it joins (nccl on CUDA, gloo elsewhere)."""
+    """The Env of this process: alone, or one of torchrun's (RANK set) in their group (nccl on CUDA, else gloo)."""
     ddp = "RANK" in os.environ
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
@@ -315,8 +289,7 @@ GPU_PEAK_TFLOPS = [
 
 @functools.cache  # once per process and dtype
 def measure_cpu_peak(dtype, seconds=1.0, n=1024):
-    """A CPU's matmul rate: the best mean over groups of back-to-back n^3 products of about 0.1 s each (a step
-    is timed by a mean too), through the kernel the linear layers use."""
+    """A CPU's matmul rate through the linear layers' kernel: the best mean over groups of n^3 products of ~0.1 s."""
     a, b, out = torch.randn(3, n, n).to(dtype).unbind()
     matmul = lambda: torch.ops.aten.linear.out(a, b, None, out=out)
     matmul()
@@ -333,8 +306,7 @@ def measure_cpu_peak(dtype, seconds=1.0, n=1024):
 
 
 def peak_flops(device, dtype=torch.float32):
-    """Peak matmul FLOP/s of a device in dtype: the datasheet for known GPUs (float32 means TF32), measured on
-    a CPU, None when unknown."""
+    """Peak matmul FLOP/s in dtype: a known GPU's datasheet (float32 means TF32), measured on a CPU, else None."""
     device = torch.device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -351,8 +323,7 @@ CKPT_KEYS = ("model", "model_args", "config")
 
 
 def load_checkpoint(path, device="cpu"):
-    """A train.py checkpoint as a dict, tensors and plain values only (torch.load with weights_only: it
-    runs no code); anything else is a ConfigError in one line."""
+    """A train.py checkpoint, read with weights_only (it runs no code); anything else is a one-line ConfigError."""
     if not os.path.isfile(path):
         folder = os.path.dirname(path) or "."
         runs = sorted(d for d in os.listdir(folder) if os.path.isfile(os.path.join(folder, d, "ckpt.pt"))) \
@@ -370,8 +341,7 @@ def load_checkpoint(path, device="cpu"):
 
 
 def fingerprint(model):
-    """Per layer, the first 16 entries of the last row of each head's fixed mixing matrix (None where the layer has
-    none): a checkpoint keeps these in place of the matrices, which are rebuilt from the seed."""
+    """Per layer, 16 entries of each head's fixed mixing matrix (None: none), kept in a checkpoint in its place."""
     return [b.attn.mixing[:, -1, :16].float().tolist() if b.attn.kind == "mixing" else None for b in model.blocks]
 
 
@@ -408,8 +378,7 @@ def write_atomic(path, write):
 
 
 def save_checkpoint(path, model, optimizer, mconf, config, state):
-    """A checkpoint, written atomically: a clean state dict (no fixed mixing matrices: their fingerprint), tensors
-    and plain values only, so torch.load(weights_only=True) reads it and runs no code."""
+    """A checkpoint, written atomically: no fixed mixing matrices (their fingerprint), only what weights_only reads."""
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": asdict(mconf),
             "fingerprint": fingerprint(model), "config": config, **state}  # no RNG state: training draws none
     write_atomic(path, lambda f: torch.save(ckpt, f))

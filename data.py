@@ -40,15 +40,6 @@ def _row_hash(seqs):
         return (seqs * weights).sum(1)
 
 
-def majority_share(y):
-    """The share of the answers (y >= 0) equal to the most frequent answer at their place k among their row's answers."""
-    scored = y >= 0
-    place, answer = np.cumsum(scored, 1)[scored] - 1, y[scored]
-    counts = np.zeros((place.max() + 1, answer.max() + 1))
-    np.add.at(counts, (place, answer), 1)
-    return float(counts.max(1).sum() / len(answer))
-
-
 def distinct_per_row(values, absent):
     """How many distinct values each row of values holds, absent left out."""
     values = np.sort(values, axis=1)
@@ -104,8 +95,12 @@ class Task(ABC):
     def chance(self):
         """Chance accuracy: the best answers that read no input, the most frequent k-th answer of the evaluation rows
         at each place k (Dyck: the majority answer; addition: the answer's format, the digits guessed)."""
-        _, y = self.xy(self.split_rows(self.val_split))
-        return majority_share(y.numpy())
+        y = self.xy(self.split_rows(self.val_split))[1].numpy()
+        scored = y >= 0
+        place, answer = np.cumsum(scored, 1)[scored] - 1, y[scored]
+        counts = np.zeros((place.max() + 1, answer.max() + 1))
+        np.add.at(counts, (place, answer), 1)
+        return float(counts.max(1).sum() / len(answer))
 
     def key_of(self, tokens):
         """The key each token asks for (same shape; default: itself): its answer follows the key's first occurrence."""
@@ -138,13 +133,11 @@ class StreamTask(Task):
         return self.test
 
     def train_rows(self, rng, n):
-        kept, have = [], 0
+        kept = []
         for _ in range(1000):
             seqs = self.sample(rng, n)
-            seqs = seqs[~np.isin(_row_hash(seqs), self.test_hashes)]  # never train on a test sequence
-            kept.append(seqs)
-            have += len(seqs)
-            if have >= n:
+            kept.append(seqs[~np.isin(_row_hash(seqs), self.test_hashes)])  # never train on a test sequence
+            if sum(map(len, kept)) >= n:
                 return np.concatenate(kept)[:n]
         raise ValueError(f"{self.name}: almost every sequence lies in the test set; choose a larger N")
 
@@ -307,10 +300,8 @@ class Retrieval(StreamTask):
         return seqs[:, :-1] >= self.half + self.n  # the current token is the query
 
     def token_str(self, token):
-        if token == 0:
-            return "_"
         if token < self.half:
-            return str(token)
+            return str(token) if token else "_"
         return f"k{token - self.half}" if token < self.half + self.n else f"?k{token - self.half - self.n}"
 
     def key_of(self, tokens):
@@ -342,14 +333,9 @@ class Induction(StreamTask):
         return np.where(col < 2 * length, tokens, rng.integers(0, V, (count, 2 * N)))
 
     def scored(self, seqs):
-        return self.repeat_mask(seqs)[:, :-1]
-
-    def repeat_mask(self, seqs):
-        """(n, L) bool: positions holding the 1st..(n-1)th token of the repeat (their next token is predictable)."""
-        L = seqs.shape[1]
-        length = self.segment_lengths(seqs)
-        col = np.arange(L)
-        return (col >= length[:, None]) & (col < 2 * length[:, None] - 1)
+        """The positions holding the 1st..(n-1)th token of the repeat: their next token is predictable."""
+        length, col = self.segment_lengths(seqs)[:, None], np.arange(seqs.shape[1] - 1)
+        return (col >= length) & (col < 2 * length - 1)
 
     def segment_lengths(self, seqs):
         """The segment length n of each row: the first position that repeats position 0."""
@@ -398,9 +384,7 @@ class MQAR(StreamTask):
         return (col % 2 == 0) & (col >= 2 * pairs) & (col < 4 * pairs)  # the current token is a query
 
     def token_str(self, token):
-        if token == self.PAD:
-            return "_"
-        return f"k{token}" if token < self.VALUE else str(token - self.VALUE)
+        return "_" if token == self.PAD else f"k{token}" if token < self.VALUE else str(token - self.VALUE)
 
     def chance(self):
         """Guessing by elimination: each answer among the distinct values of the keys not yet queried."""
@@ -408,9 +392,7 @@ class MQAR(StreamTask):
         pairs = scored.sum(1)
         answers = np.full((len(self.test), self.n), -1)
         answers[np.arange(self.n) < pairs[:, None]] = self.test[:, 1:][scored]  # row by row, in query order
-        shares = []
-        for i in range(self.n):  # the i-th query: the values of queries i.. are left
-            shares.append(1 / distinct_per_row(answers[:, i:], absent=-1)[pairs > i])
+        shares = [1 / distinct_per_row(answers[:, i:], absent=-1)[pairs > i] for i in range(self.n)]
         return float(np.concatenate(shares).mean())
 
 
@@ -470,13 +452,11 @@ TASK_NAMES = ", ".join(f"{name}_{'P' if name == 'modadd' else 'N'}" for name in 
 # ============================================================================ the tokenizer and prepared corpora
 
 CORPUS_TASKS = ("wikitext103", "wikitext2", "tinyshakespeare", "text", "yelp_polarity", "sst2")
+TOKENIZERS = ("gpt2", "bytes")
 
 
 def padded_vocab(n):
     return (n + 63) // 64 * 64  # a multiple of 64: friendlier matmul shapes (50257 -> 50304)
-
-
-TOKENIZERS = ("gpt2", "bytes")
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
@@ -489,12 +469,9 @@ class Tokenizer:
     def __init__(self, name, bpe_dir=None):
         if name not in TOKENIZERS:
             raise ValueError(f"unknown tokenizer {name!r}; valid: {', '.join(TOKENIZERS)}")
-        self.name = name
-        if name == "bytes":
-            self.n_vocab, self.eot, self.enc = 257, 256, None
-            return
-        self.enc = gpt2_encoding(bpe_dir or os.environ.get("MIXIT_BPE_DIR"))
-        self.n_vocab, self.eot = self.enc.n_vocab, self.enc.eot_token
+        bpe_dir = bpe_dir or os.environ.get("MIXIT_BPE_DIR")
+        self.name, self.enc = name, None if name == "bytes" else gpt2_encoding(bpe_dir)
+        self.n_vocab, self.eot = (257, 256) if self.enc is None else (self.enc.n_vocab, self.enc.eot_token)
 
     def encode_batch(self, texts):
         if self.enc is None:
@@ -506,9 +483,7 @@ class Tokenizer:
 
     def decode(self, ids):
         ids = [int(i) for i in ids if i != self.eot and i < self.n_vocab]
-        if self.enc is None:
-            return bytes(ids).decode("utf-8", errors="replace")
-        return self.enc.decode(ids)
+        return bytes(ids).decode("utf-8", errors="replace") if self.enc is None else self.enc.decode(ids)
 
 
 def gpt2_encoding(bpe_dir):
@@ -600,8 +575,7 @@ class TextTask:
         return self.windows(data, np.random.default_rng(seed).integers(0, len(data) - self.block_size, batch_size))
 
     def eval_batches(self, split, batch_size, rank=0, world_size=1):
-        """The test split: the whole stream in consecutive windows. Other splits: the same sample of
-        eval_iters batches at every eval."""
+        """The test split: the whole stream in consecutive windows; others: the same eval_iters batches each eval."""
         data = self.tokens(split)
         if split == "test":
             starts = np.arange(0, len(data) - 1, self.block_size)
@@ -632,9 +606,8 @@ class ClassifyTask:
                 raise ValueError(f"{folder} has no {split!r} split; valid: {', '.join(meta['examples'])}")
 
     def split(self, split):
-        x = np.load(os.path.join(self.folder, f"{split}_x.npy"), mmap_mode="r", allow_pickle=False)
-        y = np.load(os.path.join(self.folder, f"{split}_y.npy"), allow_pickle=False)
-        return x, y
+        return (np.load(os.path.join(self.folder, f"{split}_x.npy"), mmap_mode="r", allow_pickle=False),
+                np.load(os.path.join(self.folder, f"{split}_y.npy"), allow_pickle=False))
 
     def rows(self, x, y, rows):
         return torch.from_numpy(x[rows, :self.block_size].astype(np.int64)), torch.from_numpy(y[rows].astype(np.int64))
@@ -688,7 +661,6 @@ def read_meta(folder, name):
 
 
 # ============================================================================ the induction-head probe
-
 
 def in_eval(model, fn, *args):
     """fn(*args) with model in eval mode and no gradients; the model gets its train/eval mode back."""
@@ -783,19 +755,16 @@ def recall_scores(model, task, n_seqs=256):
     rows, t, source = (torch.from_numpy(a).to(maps.device) for a in (rows, t, found.argmax(1) + 1))  # after the key
     return maps[rows, t, source].mean(0).cpu()  # (L, H)
 
-# ============================================================================ evaluation
 
+# ============================================================================ evaluation
 
 @torch.no_grad()
 def evaluate(model, task, split, batch_size, env):
-    """Loss, accuracy per answer, per answer position, by the number of answers in a row and by the answer's place in
-    the sequence, and whole-answer exact match over a fixed split, shared out over the processes (env: their device,
-    autocast and all_reduce), in the model's current mode (eval_metrics runs it through in_eval)."""
-    n = task.block_size + 1
+    """Loss, accuracy per answer, by a row's k-th answer, by rows of k answers and by position, and whole-answer exact
+    match over a fixed split, shared out over the processes (env), in the model's current mode."""
     sums = torch.zeros(5, dtype=torch.float64, device=env.device)  # loss, answers, right, answered rows, exact rows
-    by_position = torch.zeros(2, n, dtype=torch.float64, device=env.device)  # right, answers: a row's k-th answer
-    by_count = torch.zeros(2, n, dtype=torch.float64, device=env.device)  # right, answers: in rows of k answers
-    by_place = torch.zeros(2, n, dtype=torch.float64, device=env.device)  # right, answers: predicted at position t
+    # right and answers: at a row's k-th answer, in rows of k answers, predicted at position k
+    tallies = torch.zeros(3, 2, task.block_size + 1, dtype=torch.float64, device=env.device)
     for x, y in task.eval_batches(split, batch_size, env.rank, env.world_size):
         x, y = env.to_device(x, y)
         with env.autocast():
@@ -809,14 +778,13 @@ def evaluate(model, task, split, batch_size, env):
         sums += torch.stack([loss.double(), count.sum().double(), right.sum().double(), answered.sum().double(),
                              ((right == scored).all(-1) & answered).sum().double()])
         k = scored.cumsum(-1)[scored] - 1  # each answer's place among its row's answers
-        by_position.index_add_(1, k, torch.stack([right[scored], scored[scored]]).double())
-        by_count.index_add_(1, count, torch.stack([right.sum(-1), count]).double())
         place = torch.arange(scored.size(-1), device=env.device).expand_as(scored)[scored]
-        by_place.index_add_(1, place, torch.stack([right[scored], scored[scored]]).double())
+        per_answer = torch.stack([right[scored], scored[scored]]).double()
+        tallies[0].index_add_(1, k, per_answer)
+        tallies[1].index_add_(1, count, torch.stack([right.sum(-1), count]).double())
+        tallies[2].index_add_(1, place, per_answer)
     loss, answers, right, rows, exact = env.all_reduce(sums).tolist()
-    hits, counts = env.all_reduce(by_position).tolist()
-    count_hits, count_answers = env.all_reduce(by_count).tolist()
-    place_hits, place_answers = env.all_reduce(by_place).tolist()
+    (hits, counts), (count_hits, count_answers), (place_hits, place_answers) = env.all_reduce(tallies).tolist()
     share = lambda a, b: [x / y for x, y in zip(a, b) if y]
     return {"loss": loss / max(answers, 1), "acc": right / max(answers, 1), "exact": exact / max(rows, 1),
             "acc_pos": share(hits, counts), "acc_n": share(count_hits, count_answers),
@@ -824,17 +792,15 @@ def evaluate(model, task, split, batch_size, env):
 
 
 def induction_metrics(model, task, env):
-    """Has an induction head formed, and in which layer? The best head's weight on the token after the earlier match
-    (for recall tasks: from each query to the value after its key), overall and per layer."""
+    """Has an induction head formed, and where? The best head's score (or recall score), overall and per layer."""
     scores = induction_scores(model, seed=TEST_SEED, device=env.device) if task.probe == "induction" else \
         recall_scores(model, task)  # (L, H)
     return {"induction_score": scores.max().item(), "induction_layers": scores.max(1).values.tolist()}
 
 
 def chance_metrics(model, task, env):
-    """What the scores read with no skill, computed once per run with the model at init: the task's chance accuracy
-    (task.chance) and, for tasks with an induction score, this architecture's score before training (a fixed mixing
-    matrix's for ever)."""
+    """What the scores read with no skill, measured once at init: the task's chance accuracy and, for tasks with an
+    induction score, this architecture's score before training (a fixed mixing matrix's for ever)."""
     metrics = {"val_acc_chance": task.chance()} if hasattr(task, "chance") else {}
     if task.probe:
         metrics["induction_init"] = induction_metrics(model, task, env)["induction_score"]
@@ -843,9 +809,7 @@ def chance_metrics(model, task, env):
 
 def eval_metrics(model, task, batch_size, env, chance=None):
     """The metrics logged at every evaluation: loss and accuracy on the task's split, the scores the task declares
-    (task.metrics: exact match, accuracy on the training split, perplexity, accuracy per answer, by number of pairs and
-    by place, bits per parameter and the table's ceiling) and its induction scores, each chance level of
-    chance_metrics beside its score."""
+    (task.metrics, among scores below) and its induction scores, each level of chance_metrics beside its score."""
     chance = chance or {}
     run = lambda split: in_eval(model, evaluate, model, task, split, batch_size, env)  # eval mode, then back
     val = run(task.val_split)

@@ -61,36 +61,30 @@ USER_AGENT = "Mozilla/5.0 (compatible; mixit prepare.py)"  # some hosts refuse u
 
 
 def download(url, path, md5=None, sha256=None):
-    """Fetch url to path; the file must match its recorded checksum. A failure raises ValueError and
-    keeps nothing."""
-    tmp, expected = path + ".part", md5 or sha256
+    """Fetch url to path with a progress line on stderr; the file must match its recorded checksum. A failure raises
+    ValueError and keeps nothing."""
+    tmp, digest, expected = path + ".part", hashlib.md5() if md5 else hashlib.sha256(), md5 or sha256
     try:
-        digest = stream_to_file(url, tmp, hashlib.md5() if md5 else hashlib.sha256())
-        if digest != expected:
-            raise ValueError(f"{url} has checksum {digest}, not the recorded {expected}")
+        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+        with urllib.request.urlopen(request, timeout=30) as response, open(tmp, "wb") as f:
+            total, done = int(response.headers.get("Content-Length") or 0), 0
+            try:
+                while chunk := response.read(1 << 20):
+                    f.write(chunk)
+                    digest.update(chunk)
+                    done += len(chunk)
+                    print(f"\rdownloading {url}: {done / 1e6:.1f} MB" + (f" of {total / 1e6:.1f}" if total else ""),
+                          end="", file=sys.stderr, flush=True)
+            finally:
+                print(file=sys.stderr)  # ends the progress line
+        if digest.hexdigest() != expected:
+            raise ValueError(f"{url} has checksum {digest.hexdigest()}, not the recorded {expected}")
         os.replace(tmp, path)
     except OSError as e:  # urllib's errors, timeouts included
         raise ValueError(f"downloading {url} failed ({type(e).__name__}: {e})") from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-
-
-def stream_to_file(url, path, digest):
-    """Copy url into path with a progress line on stderr; returns the hex digest of the bytes."""
-    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-    with urllib.request.urlopen(request, timeout=30) as response, open(path, "wb") as f:
-        total, done = int(response.headers.get("Content-Length") or 0), 0
-        try:
-            while chunk := response.read(1 << 20):
-                f.write(chunk)
-                digest.update(chunk)
-                done += len(chunk)
-                print(f"\rdownloading {url}: {done / 1e6:.1f} MB" + (f" of {total / 1e6:.1f}" if total else ""),
-                      end="", file=sys.stderr, flush=True)
-        finally:
-            print(file=sys.stderr)  # ends the progress line
-    return digest.hexdigest()
 
 
 ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
@@ -165,17 +159,22 @@ def fetch(dataset, spec, src, folder):
 
 
 def read_documents(src):
-    """The documents of `text`: one file, or every file of a folder (sorted)."""
+    """The documents of `text` as {name: (name, bytes)}: one file, or every file of a folder (sorted)."""
     paths = [src] if os.path.isfile(src) else sorted(
         p for p in glob.glob(os.path.join(src, "**", "*"), recursive=True)
         if os.path.isfile(p) and not os.path.basename(p).startswith("."))
     if not paths:
         raise ValueError(f"--src={src}: no text files found")
-    return {os.path.relpath(p, src) if p != src else os.path.basename(p): open(p, "rb").read() for p in paths}
+    names = [os.path.relpath(p, src) if p != src else os.path.basename(p) for p in paths]
+    return {name: (name, open(p, "rb").read()) for name, p in zip(names, paths)}
 
 
-def wikitext_articles(text):
+def wikitext_articles(file, blob):
     """A WikiText split as articles: each starts at a level-1 heading line ' = Title = '."""
+    try:
+        text = blob.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{file} is not UTF-8 text (byte {e.start})") from None
     return [a for a in re.split(r"(?m)^(?= = [^=].* = $)", text) if a.strip()]
 
 
@@ -189,9 +188,8 @@ def read_sst2(blob):
 
 
 def read_yelp(blob):
-    """Yelp polarity CSV ("label","text" with 1 negative, 2 positive), or star-rated reviews
-    (text,label1,"Review Stars: s") as in the offline copy: 1-2 stars negative, 4-5 positive, 3 dropped.
-    Returns texts, labels and the rule that made the labels."""
+    """Yelp polarity CSV ("label","text" with 1 negative, 2 positive), or star-rated reviews (text,label1,"Review
+    Stars: s") as in the offline copy: 1-2 stars negative, 4-5 positive, 3 dropped. Returns texts, labels, the rule."""
     rows = list(csv.reader(io.StringIO(blob.decode("utf-8"))))
     if rows[0][0] == "text":
         rated = [(r[0], float(r[2].split(":")[-1])) for r in rows[1:]]
@@ -210,24 +208,12 @@ def encode_documents(tok, documents):
     return np.concatenate(parts) if parts else np.zeros(0, np.uint16)
 
 
-def save_array(path, array):
-    """A .npy array, or the raw bytes of a .bin token stream."""
-    if path.endswith(".npy"):
-        write_atomic(path, lambda f: np.save(f, array, allow_pickle=False))
-    else:
-        write_atomic(path, array.tofile)
-
-
 def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", max_len=256, name=None):
-    """Tokenize a corpus into out_dir/<name>: {train,val,test}.bin for language modeling, or
-    {train,val}_{x,y}.npy for classification; meta.json last, so it marks a complete folder."""
+    """Tokenize a corpus into out_dir/<name> (the files above); meta.json last, so it marks a complete folder."""
     check_request(dataset, src, name)
     spec, folder = SOURCES[dataset], os.path.join(out_dir, name or dataset)
     tok = Tokenizer(tokenizer, bpe_dir)
-    if dataset == "text":
-        files, origin = {path: (path, blob) for path, blob in read_documents(src).items()}, src
-    else:
-        files, origin = fetch(dataset, spec, src, folder)
+    files, origin = (read_documents(src), src) if dataset == "text" else fetch(dataset, spec, src, folder)
     made = missing_dirs(folder)
     os.makedirs(folder, exist_ok=True)
     if os.path.exists(os.path.join(folder, "meta.json")):
@@ -265,13 +251,6 @@ def check_request(dataset, src, name):
         raise ValueError(f"--src={src} does not exist")
 
 
-def utf8(file, blob):
-    try:
-        return blob.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{file} is not UTF-8 text (byte {e.start})") from None
-
-
 def write_lm(tok, spec, files, folder):
     """{split}.bin token streams; returns {split: tokens}. A single stream (tinyshakespeare, text) is
     cut 90% train / 10% val; WikiText keeps its splits, one document per article."""
@@ -280,10 +259,10 @@ def write_lm(tok, spec, files, folder):
         cut = int(0.9 * len(stream))
         splits = {"train": stream[:cut], "val": stream[cut:]}
     else:
-        splits = {spec["splits"][role]: encode_documents(tok, wikitext_articles(utf8(file, blob)))
+        splits = {spec["splits"][role]: encode_documents(tok, wikitext_articles(file, blob))
                   for role, (file, blob) in files.items()}
     for split, tokens in splits.items():
-        save_array(os.path.join(folder, f"{split}.bin"), tokens)
+        write_atomic(os.path.join(folder, f"{split}.bin"), tokens.tofile)
     return {split: int(len(tokens)) for split, tokens in splits.items()}
 
 
@@ -306,8 +285,8 @@ def write_classification(tok, dataset, spec, files, folder, max_len):
         if not set(labels) <= {0, 1}:
             raise ValueError(f"{file} has labels outside the two classes ({rule})")
         x, keep = encode_examples(tok, texts, max_len)
-        save_array(os.path.join(folder, f"{split}_x.npy"), x[keep])
-        save_array(os.path.join(folder, f"{split}_y.npy"), np.asarray(labels, dtype=np.uint8)[keep])
+        for part, array in (("x", x[keep]), ("y", np.asarray(labels, dtype=np.uint8)[keep])):
+            write_atomic(os.path.join(folder, f"{split}_{part}.npy"), lambda f: np.save(f, array, allow_pickle=False))
         examples[split] = int(keep.sum())
         rules.add(rule)
     return examples, "; ".join(sorted(rules))
@@ -326,9 +305,8 @@ def main(argv):
         folder, meta = prepare(argv[0], **options)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    counts = meta.get("tokens") or meta.get("examples")
     unit = "tokens" if meta["kind"] == "lm" else "examples"
-    print(f"wrote {folder}: " + ", ".join(f"{split} {n:,} {unit}" for split, n in counts.items())
+    print(f"wrote {folder}: " + ", ".join(f"{split} {n:,} {unit}" for split, n in meta[unit].items())
           + f" ({meta['tokenizer']}, vocab {meta['vocab_size']})")
 
 

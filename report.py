@@ -22,7 +22,6 @@ DEFAULTS = {"out_dir": ""}  # where the files go; '': the folders' common parent
 
 # ----------------------------------------------------------------------------- reports of a comparison
 
-
 def describe_model(m):
     """What tells variants apart: shape, heads, each layer's attention, the parametrization, frozen W_Q, W_K's init."""
     parts = [f"{m.n_layer} layers x {m.n_embd}, {m.n_head} heads"]
@@ -32,6 +31,8 @@ def describe_model(m):
                  if m.mixit_param else "standard parametrization")
     if "frozen_qk" in m.layer_attn:
         parts.append("frozen W_Q, W_K ~ " + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
+    if m.mean_head and any(a in MIXING for a in m.layer_attn):
+        parts.append("mixing head 1 the prefix mean")
     if m.depth_alpha:
         parts.append(f"residual (base depth {m.base_depth:g} / layers)^{m.depth_alpha:g}")
     if m.n_classes:
@@ -84,9 +85,8 @@ def write_report(runs, histories, label, out_dir, env, seconds):
 
 
 def write_files(runs, histories, out_dir):
-    """Print the comparison's table; write into out_dir results.md (the table), runs.json (per run: what tells it
-    apart, its folder run_dir, the comparison's hardware and seconds, its final metrics and cost), compare.png and
-    cost.png."""
+    """Print the comparison's table; write into out_dir results.md (the table), runs.json (per run: what tells it apart,
+    its folder run_dir, the hardware and seconds, its final metrics and cost), compare.png and cost.png."""
     finals = [{**r, "samples": h[-1]["iter"] * r["step_samples"], **h[-1]} for r, h in zip(runs, histories)]
     text = markdown_table(summarize(finals, histories))
     print("\n" + text, end="", flush=True)
@@ -151,10 +151,8 @@ def variant_colors(runs):
 
 
 def plot_comparison(runs, histories, path):
-    """Per task: accuracy and loss against steps, the induction score, accuracy against training FLOPs and time
-    (where runs unfreeze), the final accuracy per answer position, by number of pairs and by place and the induction
-    score per layer (where measured); one colour per variant, mean over seeds with a band of ± the sample standard
-    deviation (for up to 6 variants); dashed, each score's chance level (LEVELS)."""
+    """A row per task, a panel per PANELS entry its runs measured (against FLOPs and time where runs unfreeze): a colour
+    per variant, the mean over seeds in a band of ± the sample std (up to 6 variants), each score's LEVELS dashed."""
     tasks = list(dict.fromkeys(run["task"] for run in runs))
     cost = any(run["unfreeze_at"] != "never" for run in runs)
     panels = {t: [p for p, (key, x, *_) in PANELS.items() if (x not in ("flops", "time") or cost)
@@ -200,15 +198,13 @@ HEADLINES = {"val_acc": "final accuracy", "val_loss": "validation loss (nats per
 
 
 def headline(final):
-    """The score a run is judged by: validation loss for a language model (it reports val_ppl and has no chance
-    level), else accuracy."""
+    """The score a run is judged by: a language model's validation loss (it has no chance level), else accuracy."""
     return "val_loss" if "val_ppl" in final and "val_acc_chance" not in final else "val_acc"
 
 
 def plot_cost(finals, path):
-    """Each run's headline score against its training cost, one point per run: the training FLOPs, and the measured
-    training time per sample; a row per score (accuracy, validation loss), a colour per variant, a marker per task,
-    each task's chance level dashed."""
+    """Each run's headline score against its training FLOPs and its measured training time per sample: a row per score,
+    a colour per variant, a marker per task, each task's chance level dashed."""
     colors, tasks = variant_colors(finals), list(dict.fromkeys(r["task"] for r in finals))
     markers = {task: "os^DvP*Xh<>p"[k % 12] for k, task in enumerate(tasks)}
     scores = list(dict.fromkeys(map(headline, finals)))
@@ -269,9 +265,8 @@ def plot_induction(scores, path, title):
 
 
 def plot_propagation(stats, width, path):
-    """Token covariance (log scale) and cosine similarity against depth at init, a curve per network with a band of
-    ± its standard deviation; stats: {network: (mean, std)}, each (depth+1, 2), drawn in MixiT's colour, gray and
-    softmax's, in turn."""
+    """Token covariance (log scale) and cosine similarity against depth at init, a curve per network (stats: {network:
+    (mean, std)}, each (depth+1, 2)) in a band of ± its standard deviation."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     for (name, (mean, std)), color in zip(stats.items(), (COLORS["mixing"], "tab:gray", COLORS["softmax"])):
         for k, ax in enumerate(axes):
@@ -285,9 +280,29 @@ def plot_propagation(stats, width, path):
     save(fig, path)
 
 
+def plot_express(rows, path):
+    """sample.py --express=init: each pattern's residual against the number of heads, a panel per pattern, a colour
+    per variant, solid at the shorter length and dashed at the longer."""
+    patterns = [k for k in rows[0] if k not in ("T", "heads", "variant")]
+    colors = dict(zip(dict.fromkeys(r["variant"] for r in rows), (COLORS["mixing"], "tab:olive", COLORS["softmax"],
+                                                                 COLORS["frozen_qk"])))
+    lengths = sorted({r["T"] for r in rows})
+    fig, axes = plt.subplots(1, len(patterns), figsize=(4.2 * len(patterns), 3.8), layout="constrained")
+    for ax, pattern in zip(axes, patterns):
+        for (variant, color), T in ((vc, T) for vc in colors.items() for T in lengths):
+            points = [(r["heads"], r[pattern]) for r in rows if r["variant"] == variant and r["T"] == T]
+            ax.plot(*zip(*points), "o-" if T == lengths[0] else "s--", color=color, label=f"{variant}, T={T}")
+        ax.set(xscale="log", xlabel="heads", ylabel="residual (0: formed, 1: nothing of it)", ylim=(-0.02, 1.02),
+               title=pattern)
+        ax.set_xticks([r["heads"] for r in rows[:4]], [str(r["heads"]) for r in rows[:4]])
+        ax.minorticks_off()
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    save(fig, path)
+
+
 def plot_sweep(points, shape, path):
-    """bench.py's context sweep (its sweep_points; shape: one of its rows): each variant's training tokens/s against
-    T, and mixing's speed over softmax's beside the FLOP ratio."""
+    """bench.py's context sweep (sweep_points; shape: a row): tokens/s against T; mixing's speed-up, the FLOP ratio."""
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     Ts = [p["T"] for p in points]
     for a in dict.fromkeys(k for p in points for k in p if k in COLORS):
@@ -311,7 +326,6 @@ def plot_sweep(points, shape, path):
 
 # ----------------------------------------------------------------------------- the script: finished comparisons
 
-
 def read_json(path, lines=False):
     """A JSON file of a comparison (lines: a JSON value a line); a missing, unreadable or empty one is a ConfigError."""
     try:
@@ -326,8 +340,7 @@ def read_json(path, lines=False):
 
 
 def main(argv):
-    """Given one comparison folder, its report again from its runs' files (their metrics.jsonl); given several, the
-    cost plot of all their runs."""
+    """One comparison folder: its report again, from its runs' metrics.jsonl; several: the cost plot of all runs."""
     config = configure(DEFAULTS, [a for a in argv if a.startswith("--")], files=False)
     folders = [a for a in argv if not a.startswith("--")]
     if not folders:

@@ -6,6 +6,8 @@ Sample from a model trained by train.py, and look inside it.
   python sample.py --out_dir=out --classify="a gripping, funny film"   # a classifier: label and probability
   python sample.py --out_dir=out --attn_maps --induction  # attn_maps.png, induction scores, induction.png
   python sample.py --propagation=32 --out_dir=out/propagation  # no checkpoint: signal propagation at init
+  python sample.py --express=init --out_dir=out/express   # no checkpoint: the patterns each variant's heads can form
+  python sample.py --express=ckpt --out_dir=out           # the same for each layer of a checkpoint, beside its init
 
 --key=value values are Python literals of the default's type; a bare --flag turns a bool option on.
 """
@@ -16,11 +18,11 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from common import ConfigError, cli, configure, defaults_of, load_model, non_negative, pick_device, positive
-from data import (CORPUS_TASKS, TASKS, Tokenizer, encode_examples, icl_score, induction_scores,
-                  make_task, read_meta, recall_scores, repeated_tokens)
+from common import ConfigError, OneOf, cli, configure, defaults_of, load_model, non_negative, pick_device, positive
+from data import (CORPUS_TASKS, TASKS, Tokenizer, encode_examples, icl_score, in_eval, induction_scores, make_task,
+                  named_patterns, pattern_residuals, read_meta, recall_scores, repeated_tokens)
 from mixit import MixiT, MixiTConfig
-from report import plot_attention_maps, plot_induction, plot_propagation
+from report import plot_attention_maps, plot_express, plot_induction, plot_propagation
 
 # -----------------------------------------------------------------------------
 out_dir = "out"  # holds ckpt.pt, written by train.py
@@ -39,10 +41,12 @@ data_dir = ""  # the folder of prepared corpora; '' takes the checkpoint's
 bpe_dir = ""  # a folder with gpt2.tiktoken (GPT-2 BPE offline); '' takes MIXIT_BPE_DIR
 propagation = 0  # > 0: no checkpoint; how tokens' residual streams drift together at init, up to this depth
 propagation_width = 128  # the width of those models (4 heads, 64 tokens), measured over seeds 0, 1, 2
+express = ""  # init: (no checkpoint) how well each variant's heads at init form named causal patterns, against heads
+# and length; ckpt: the same for each layer of the checkpoint in out_dir, beside the same model at init
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 RULES = {"num_samples": positive, "temperature": positive, "max_new_tokens": non_negative, "top_k": non_negative,
-         "propagation": non_negative, "propagation_width": positive}
+         "propagation": non_negative, "propagation_width": positive, "express": OneOf(("", "init", "ckpt"))}
 
 
 def bare_flags(argv):
@@ -51,7 +55,6 @@ def bare_flags(argv):
 
 
 # ----------------------------------------------------------------------------- what sample.py shows
-
 
 def show_attention_maps(model, task, config, name, dev):
     """out_dir/attn_maps.png on the task's first evaluation example, else on a repeated random segment."""
@@ -70,8 +73,7 @@ def show_attention_maps(model, task, config, name, dev):
 
 
 def show_induction(model, task, config, name, dev):
-    """Per-head induction scores, the best head and the in-context-learning score; out_dir/induction.png. A retrieval
-    or MQAR model is scored on its task: the weight from each query to the value after its key."""
+    """Per-head induction scores (recall tasks: recall_scores), the best head, the ICL score; out_dir/induction.png."""
     if task is not None and task.probe == "recall":
         scores, what = recall_scores(model, task), "weight from each query to the value after its key"
     else:
@@ -176,7 +178,9 @@ def show(config):
         show_attention_maps(model, None if corpus else make_task(name), config, name, dev)
     if config["induction"]:
         show_induction(model, None if corpus else make_task(name), config, name, dev)
-    if config["attn_maps"] or config["induction"]:
+    if config["express"]:
+        show_express(model, None if corpus else make_task(name), config, dev)
+    if config["attn_maps"] or config["induction"] or config["express"]:
         return
     if corpus:
         show_corpus(model, name, config, ckpt["config"], dev)
@@ -185,7 +189,6 @@ def show(config):
 
 
 # ----------------------------------------------------------------------------- signal propagation at init
-
 
 def token_stats(x):
     """The mean covariance (x_i . x_j / C) and cosine similarity between distinct tokens' residual streams x (B, t, C)."""
@@ -226,8 +229,7 @@ def propagation_curves(depth, width, seed):
 
 
 def show_propagation(config):
-    """Print and plot (out_dir/propagation.png) the token covariance and similarity against depth, mean ± sample std
-    (n - 1) over seeds 0, 1, 2."""
+    """Token covariance and similarity against depth, mean ± sample std over seeds 0-2: printed, propagation.png."""
     depth, width = config["propagation"], config["propagation_width"]
     runs = [propagation_curves(depth, width, s) for s in range(3)]
     values = {name: np.stack([r[name] for r in runs]) for name in NETWORKS}  # (seeds, depth+1, 2)
@@ -242,11 +244,65 @@ def show_propagation(config):
     print(f"wrote {path}")
 
 
+# ----------------------------------------------------------------------------- what attention can express
+
+VARIANTS = {"MixiT": dict(attn="mixing"), "MixiT, mean head": dict(attn="mixing", mean_head=True),
+            "softmax": dict(attn="softmax"), "Frozen-QK": dict(attn="frozen_qk")}  # at init, on random tokens
+
+
+def layer_residuals(model, idx):
+    """{pattern: (n_layer,)}: how well each layer's heads form the named patterns on idx (B, T), mean over the rows."""
+    maps = in_eval(model, model.attention_maps, idx)  # (L, B, H, T, T)
+    return {name: r.mean(1) for name, r in pattern_residuals(maps, named_patterns(idx.size(1), idx.device)).items()}
+
+
+def print_residuals(rows, keys):
+    """The probe's table: a row per model or layer, the residual of each pattern (0: formed exactly, 1: nothing)."""
+    patterns = [k for k in rows[0] if k not in keys]
+    print("relative least-squares residual of each pattern in the span of the heads (0: exactly; 1: nothing of it)")
+    print("".join(f"{k:>18}" for k in keys + patterns))
+    for row in rows:
+        print("".join(f"{row[k]:>18}" if k in keys else f"{row[k]:18.3f}" for k in keys + patterns))
+
+
+def express_at_init(config):
+    """The probe on one layer of width 512 at init, on random tokens, for each variant, 4 to 256 heads, T = 16, 64;
+    printed and plotted (out_dir/express.png)."""
+    rows = []
+    for T in (16, 64):
+        idx = torch.randint(0, 64, (8, T), generator=torch.Generator().manual_seed(config["seed"]))
+        for name, kind in VARIANTS.items():
+            for heads in (4, 16, 64, 256):
+                model = MixiT(MixiTConfig(vocab_size=64, block_size=T, n_layer=1, n_head=heads, n_embd=512, **kind))
+                rows.append({"T": T, "heads": heads, "variant": name,
+                             **{p: r[0].item() for p, r in layer_residuals(model, idx).items()}})
+    print_residuals(rows, ["T", "heads", "variant"])
+    os.makedirs(config["out_dir"], exist_ok=True)
+    path = os.path.join(config["out_dir"], "express.png")
+    plot_express(rows, path)
+    print(f"wrote {path}")
+
+
+def show_express(model, task, config, dev):
+    """The probe on each layer of a checkpoint and of the same model at init, on the task's first evaluation rows (a
+    corpus: repeated random segments)."""
+    idx = next(task.eval_batches(task.val_split, 8))[0] if task else repeated_tokens(model.config, 8, seed=config["seed"])
+    rows = []
+    for when, m in (("trained", model), ("at init", MixiT(model.config, dev))):
+        residuals = layer_residuals(m, idx.to(dev))
+        rows += [{"layer": layer, "model": when, **{p: r[layer].item() for p, r in residuals.items()}}
+                 for layer in range(model.config.n_layer)]
+    print_residuals(sorted(rows, key=lambda r: r["layer"]), ["layer", "model"])
+
+
 def main(argv):
     config = configure(DEFAULTS, bare_flags(argv), RULES, files=False)
     try:
         with torch.no_grad():
-            show_propagation(config) if config["propagation"] else show(config)
+            if config["propagation"] or config["express"] == "init":
+                show_propagation(config) if config["propagation"] else express_at_init(config)
+            else:
+                show(config)
     except ValueError as e:  # data.py's bad input: an unprepared corpus, a missing tokenizer
         raise ConfigError(str(e)) from None
 

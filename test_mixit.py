@@ -1964,12 +1964,12 @@ def preset_commands(text, name):
     return [line.split(marker, 1)[1].split("  #")[0].split() for line in comment.splitlines() if marker in line]
 
 
-DOC_COMMAND = re.compile(r"python (train|sample)\.py([^`\n]*)")
+DOC_COMMAND = re.compile(r"(?:python|torchrun[^`\n]*?) (train|sample)\.py([^`\n]*)")
 
 
 def doc_commands(text):
-    """(script, arguments) of each train.py and sample.py command a document gives, in code blocks or inline
-    (continued lines joined, comments cut)."""
+    """(script, arguments) of each train.py (python or torchrun) and sample.py command a document gives, in code
+    blocks or inline (continued lines joined, comments cut)."""
     return [(m.group(1), m.group(2).split(" #")[0].split()) for m in DOC_COMMAND.finditer(text.replace("\\\n", " "))]
 
 

@@ -133,9 +133,8 @@ def get_lr(it, config):
 
 
 def step_shares(accum, batch_size, env):
-    """This process's share of an optimizer step, as (micro-batch, rows) pairs. A step is always the same
-    accum x batch_size sequences, however many processes share it: whole micro-batches when the processes
-    divide accum, else every micro-batch's rows dealt out among them."""
+    """This process's share of a step (always accum x batch_size sequences) as (micro-batch, rows) pairs: whole
+    micro-batches when the processes divide accum, else every micro-batch's rows dealt out among them."""
     if accum % env.world_size == 0:
         return [(k, slice(None)) for k in range(env.rank, accum, env.world_size)]
     if batch_size % env.world_size == 0:
@@ -216,8 +215,7 @@ def start_run(config, task, env, ckpt_path, metrics_path):
 
 
 def unfreeze(model, optimizer, weight_decay):
-    """Every frozen parameter starts training: it joins the optimizer with fresh state and its kind's weight decay.
-    Returns how many parameters did."""
+    """Every frozen parameter starts training (fresh optimizer state, its kind's weight decay); returns how many."""
     params = [p for p in model.parameters() if not p.requires_grad]
     for p in params:
         p.requires_grad_(True)
@@ -286,10 +284,9 @@ def check_finite(first_bad, env, ckpt_path):
 def progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, peak, env):
     """The log line of a training step: its loss, step size, time, throughput and MFU."""
     tok_s, mfu = speed(tokens_per_iter, dt, flops_per_token, peak, env.world_size)
-    per = " per process" if env.ddp else ""
     return (f"iter {iter_num}/{config['max_iters']}: loss {loss.item():.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms/iter, "
             f"{tok_s:,.0f} tok/s" + (f" over {env.world_size} processes" if env.ddp else "")
-            + f", mfu {'n/a' if mfu is None else f'{mfu * 100:.1f}%'}{per}, "
+            + f", mfu {'n/a' if mfu is None else f'{mfu * 100:.1f}%'}{' per process' if env.ddp else ''}, "
             f"eta {format_time((config['max_iters'] - iter_num) * dt)}")
 
 
