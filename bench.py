@@ -9,9 +9,8 @@ GPT-2 small, a context-length sweep, kernel profiles and a short train.py run of
 
 out_dir gets bench.md (every table, also printed), bench.json (the raw numbers), sweep.png, profile_<variant>.txt
 and smoke_<variant>/ with its log (the train.py runs); bench.md and bench.json are rewritten as each part ends.
-A step is what train.py does: forward and backward of gradient_accumulation_steps micro-batches of random tokens,
-gradient clipping, one fused AdamW step. MFU = flops_per_token x tokens/s / common.peak_flops (a datasheet for
-a GPU; on a CPU a matmul measured on the spot).
+A step is train.py's (on random tokens). MFU = flops_per_token x tokens/s / common.peak_flops (a datasheet for a GPU;
+on a CPU a matmul measured on the spot).
 """
 import datetime
 import gc
@@ -74,6 +73,13 @@ SIZES = {  # shapes: training shapes, a model's (MixiTConfig fields) and batch_s
                  op=dict(batch=4, heads=8, head_size=32, Ts=(64, 128, 256, 512, 1024, 2048, 4096)),
                  step=dict(SMALL, n_embd=256, n_head=8, block_size=2048, batch_size=2, accum=1)),
 }
+OPS = ("softmax", "mixing", "mixing dense")  # the op part's variants
+PRODUCTS = {"softmax": 6, "mixing": 2, "mixing dense": 2}  # causal (T, T) x (T, hd) products a forward+backward needs
+TRAIN = {"variant": "attn", "ms/step": "ms_median", "min ms/step": "ms_min", "tok/s": "tok_s_median",
+         "MFU %": "mfu_pct", "GFLOP/token": lambda r: r["flops_per_token"] / 1e9, "peak MiB": "peak_mib",
+         "params M": "params_m", "trainable M": "trainable_m", "warm-up s": "warmup_s"}
+SMOKE = {"variant": "attn", "task": "task", "iters": "iters", "train loss": "train_loss", "val loss": "val_loss",
+         "val acc": "val_acc", "val exact": "val_exact", "wall s": "wall_s", "status": "status"}
 
 
 def sync(env):
@@ -101,8 +107,7 @@ def host_memory(what="VmHWM", reset=False):
 
 
 def build_costs(env, config, out):
-    """MixiT at long context: the time and host memory of a build on this device and on the meta device (a GPU's
-    stand-in: what a build leaves on the host), and its checkpoint's size beside a softmax model's of the same width."""
+    """MixiT at long context: build time and host memory here and on the meta device (a GPU's stand-in), ckpt sizes."""
     shape = SIZES[config["size"]]["build"]
     L, C, H, T = (shape[k] for k in ("n_layer", "n_embd", "n_head", "block_size"))
     cfg = lambda attn: MixiTConfig(**shape, attn=attn)
@@ -158,8 +163,7 @@ def calibrate(env, peak):
 
 
 def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_steps=0, profile_to=None):
-    """A row of the table: optimizer steps of one variant at shape (SHAPE's keys, any other MixiTConfig field) timed;
-    with profile_to, profile_steps more under torch.profiler (its table in that file, its top 5 in row['profile'])."""
+    """A row of the table: one variant's optimizer steps at shape timed; with profile_to, more under torch.profiler."""
     B, A, T, V = (shape[k] for k in ("batch_size", "accum", "block_size", "vocab_size"))
     torch._dynamo.reset()  # the last model's compiled graphs go: each compiles afresh, no recompile limit is met
     gc.collect()
@@ -239,14 +243,8 @@ def sweep(env, config, timed):
     return rows
 
 
-OPS = ("softmax", "mixing", "mixing dense")
-PRODUCTS = {"softmax": 6, "mixing": 2, "mixing dense": 2}  # causal (T, T) x (T, hd) products a forward+backward needs
-
-
 def mixing_op(env, config):
-    """The attention op alone, forward and backward, as the context grows: causal softmax (SDPA, flash on a GPU),
-    MixiT's causal product mix_block rows at a time, and the dense product (all T rows at once); repeats interleaved.
-    Achieved FLOP/s counts the work a causal op needs: the dense product does twice that."""
+    """The attention op alone, forward and backward, as T grows: softmax (SDPA), MixiT's product in blocks, dense."""
     B, H, hd, Ts = (SIZES[config["size"]]["op"][k] for k in ("batch", "heads", "head_size", "Ts"))
     rows = []
     for T in Ts:
@@ -316,13 +314,6 @@ def describe(s):
     return (f"{s['n_layer']} layers, width {s['n_embd']}, {s['n_head']} heads, T={s['block_size']}, batch "
             f"{s['batch_size']}" + (f" x {s['accum']} micro-batches" if s["accum"] > 1 else "")
             + f", vocab {s['vocab_size']}: {s['batch_size'] * s['accum'] * s['block_size']:,} tokens a step")
-
-
-TRAIN = {"variant": "attn", "ms/step": "ms_median", "min ms/step": "ms_min", "tok/s": "tok_s_median",
-         "MFU %": "mfu_pct", "GFLOP/token": lambda r: r["flops_per_token"] / 1e9, "peak MiB": "peak_mib",
-         "params M": "params_m", "trainable M": "trainable_m", "warm-up s": "warmup_s"}
-SMOKE = {"variant": "attn", "task": "task", "iters": "iters", "train loss": "train_loss", "val loss": "val_loss",
-         "val acc": "val_acc", "val exact": "val_exact", "wall s": "wall_s", "status": "status"}
 
 
 def report(results, env):
@@ -424,9 +415,8 @@ def main(argv):
     wanted = [p.strip() for p in config["parts"].split(",") if p.strip()]
     attns = list(ATTNS[:3]) if config["attn"] == "all" else [a.strip() for a in config["attn"].split(",")]
     for name, items, valid in (("part", wanted, PARTS), ("attn", attns, ATTNS)):
-        for item in items:
-            if item not in valid:
-                raise ConfigError(f"unknown {name} {item!r}; valid: {', '.join(valid)}" + ", all" * (name == "attn"))
+        if unknown := [item for item in items if item not in valid]:
+            raise ConfigError(f"unknown {name} {unknown[0]!r}; valid: {', '.join(valid)}" + ", all" * (name == "attn"))
     env = setup(config["device"], config["dtype"])
     size = config["size"] if config["size"] != "auto" else "paper" if env.device_type == "cuda" else "tiny"
     config.update({k: config[k] or SIZES[size][k] for k in ("steps", "repeats", "warmup", "smoke_iters")}, size=size,

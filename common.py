@@ -51,7 +51,7 @@ class Stop:
 
 
 def cli(main, argv):
-    """Run main(argv) and return its exit status: 2 or 1 after an error's one line on stderr, 128 + a signal number."""
+    """Run main(argv) and return its exit status: an error's one line on stderr (2, 1), 128 + a signal; no traceback."""
     try:
         main(argv)
     except (ConfigError, TrainingError) as e:
@@ -74,14 +74,14 @@ def defaults_of(namespace):
     return {k: v for k, v in namespace.items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
 
 
-def rule(holds, problem):
-    """A rule of an option: None where holds(value), else the problem."""
+def rule_that(holds, problem):
+    """An option's rule: None where holds(value), else the problem."""
     return lambda value: None if holds(value) else problem
 
 
-positive = rule(lambda v: v > 0, "must be positive")
-non_negative = rule(lambda v: v >= 0, "must be zero or positive")
-unit_interval = rule(lambda v: 0 <= v < 1, "must lie in [0, 1)")
+positive = rule_that(lambda v: v > 0, "must be positive")
+non_negative = rule_that(lambda v: v >= 0, "must be zero or positive")
+unit_interval = rule_that(lambda v: 0 <= v < 1, "must lie in [0, 1)")
 
 
 class OneOf(tuple):
@@ -92,8 +92,7 @@ class OneOf(tuple):
 
 
 def parse_literal(key, text, default, rule):
-    """A --key=value text as a value: a string option takes the text as it is (unless its choices hold other
-    literals, like compile's True/False); anything else must be a Python literal (never evaluated as code)."""
+    """--key=text's value: a string option keeps the text (unless it names a non-string choice), else a literal."""
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -341,7 +340,7 @@ def load_checkpoint(path, device="cpu"):
 
 
 def fingerprint(model):
-    """Per layer, 16 entries of each head's fixed mixing matrix (None: none), kept in a checkpoint in its place."""
+    """Per layer, 16 entries of each head's fixed mixing matrix (or None): checkpoints keep these, not the matrices."""
     return [b.attn.mixing[:, -1, :16].float().tolist() if b.attn.kind == "mixing" else None for b in model.blocks]
 
 

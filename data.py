@@ -145,9 +145,8 @@ class StreamTask(Task):
 class Addition(StreamTask):
     """rev(a) + rev(b) = rev(a+b) STOP PAD..., a and b N-digit numbers, vocab 31:
     0-9 operand digits, 10 '+', 11 '=', 12 PAD, 20+d answer digit d, 30 STOP.
-    Scored: every answer digit and STOP. The reference scores from the second answer digit on (its
-    mask looks at the input token, so the first digit, predicted at '=', is skipped) and also scores
-    the PAD after STOP."""
+    Scored: every answer digit and STOP. The reference scores from the second answer digit on (its mask looks at the
+    input token, so the first digit, predicted at '=', is skipped) and also scores the PAD after STOP."""
 
     PLUS, EQ, PAD, ANS, STOP = 10, 11, 12, 20, 30
     metrics = ("val_exact", "val_acc_pos")  # the whole answer, and each digit's place
@@ -164,15 +163,13 @@ class Addition(StreamTask):
     def sample(self, rng, count):
         N = self.n
         a, b = self._number(rng, count), self._number(rng, count)
-        total = np.zeros((count, N + 1), np.int64)
-        carry = np.zeros(count, np.int64)
+        total, carry = np.zeros((count, N), np.int64), np.zeros(count, np.int64)
         for i in range(N):  # schoolbook addition over the columns, all rows at once
             column = a[:, i] + b[:, i] + carry
             total[:, i], carry = column % 10, column // 10
-        total[:, N] = carry
         seqs = np.full((count, 3 * N + 4), self.PAD, np.int64)
         seqs[:, :N], seqs[:, N], seqs[:, N + 1:2 * N + 1], seqs[:, 2 * N + 1] = a, self.PLUS, b, self.EQ
-        seqs[:, 2 * N + 2:3 * N + 2] = total[:, :N] + self.ANS
+        seqs[:, 2 * N + 2:3 * N + 2] = total + self.ANS
         seqs[:, 3 * N + 2] = np.where(carry == 1, self.ANS + 1, self.STOP)
         seqs[:, 3 * N + 3] = np.where(carry == 1, self.STOP, self.PAD)
         return seqs
@@ -453,14 +450,13 @@ TASK_NAMES = ", ".join(f"{name}_{'P' if name == 'modadd' else 'N'}" for name in 
 
 CORPUS_TASKS = ("wikitext103", "wikitext2", "tinyshakespeare", "text", "yelp_polarity", "sst2")
 TOKENIZERS = ("gpt2", "bytes")
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+TIKTOKEN_TIMEOUT = 30  # seconds for tiktoken to find or download the GPT-2 BPE files
 
 
 def padded_vocab(n):
     return (n + 63) // 64 * 64  # a multiple of 64: friendlier matmul shapes (50257 -> 50304)
-
-GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
-GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
-TIKTOKEN_TIMEOUT = 30  # seconds for tiktoken to find or download the GPT-2 BPE files
 
 
 class Tokenizer:
@@ -577,11 +573,8 @@ class TextTask:
     def eval_batches(self, split, batch_size, rank=0, world_size=1):
         """The test split: the whole stream in consecutive windows; others: the same eval_iters batches each eval."""
         data = self.tokens(split)
-        if split == "test":
-            starts = np.arange(0, len(data) - 1, self.block_size)
-        else:
-            starts = np.random.default_rng(TEST_SEED).integers(0, len(data) - self.block_size,
-                                                               self.eval_iters * batch_size)
+        starts = np.arange(0, len(data) - 1, self.block_size) if split == "test" else \
+            np.random.default_rng(TEST_SEED).integers(0, len(data) - self.block_size, self.eval_iters * batch_size)
         starts = starts[rank::world_size]
         for i in range(0, len(starts), batch_size):
             yield self.windows(data, starts[i:i + batch_size])
@@ -688,8 +681,7 @@ def repeated_tokens(config, n_seqs, seg_len=None, seed=0, device=None):
 
 
 def prefix_matching_score(attn, seg_len):
-    """Induction score of attention (..., T, T) on a segment repeated from position 0: the mean weight
-    from each position i = seg_len + j of the repeat to j + 1, the token after its earlier copy."""
+    """Induction score of attention (..., T, T) on a repeated segment: the mean weight from i = seg_len + j to j + 1."""
     stripe = attn.diagonal(offset=1 - seg_len, dim1=-2, dim2=-1)  # (..., T-seg_len+1): (i, i-seg_len+1)
     return stripe[..., 1:seg_len + 1].float().mean(-1)  # i = seg_len .. 2*seg_len-1
 
@@ -730,8 +722,7 @@ def induction_scores(model, n_seqs=64, seg_len=None, seed=0, device=None):
 
 
 def icl_score(model, n_seqs=64, seg_len=None, seed=0, device=None):
-    """In-context learning: mean loss on the repeated half minus on the first (negative: the context helps;
-    nan for segments of one token, which leave nothing to predict)."""
+    """In-context learning: mean loss on the repeat minus on the first copy (negative: the context helps; nan: s=1)."""
     if model.config.n_classes:
         raise ValueError("icl_score needs a language model, not a classifier")
     idx = _probe_tokens(model, n_seqs, seg_len, seed, device)  # (n, 2s)
@@ -760,8 +751,7 @@ def recall_scores(model, task, n_seqs=256):
 
 @torch.no_grad()
 def evaluate(model, task, split, batch_size, env):
-    """Loss, accuracy per answer, by a row's k-th answer, by rows of k answers and by position, and whole-answer exact
-    match over a fixed split, shared out over the processes (env), in the model's current mode."""
+    """Loss, accuracy (per answer, by k-th answer, by answers in a row, by position) and exact match over a split."""
     sums = torch.zeros(5, dtype=torch.float64, device=env.device)  # loss, answers, right, answered rows, exact rows
     # right and answers: at a row's k-th answer, in rows of k answers, predicted at position k
     tallies = torch.zeros(3, 2, task.block_size + 1, dtype=torch.float64, device=env.device)
@@ -799,8 +789,7 @@ def induction_metrics(model, task, env):
 
 
 def chance_metrics(model, task, env):
-    """What the scores read with no skill, measured once at init: the task's chance accuracy and, for tasks with an
-    induction score, this architecture's score before training (a fixed mixing matrix's for ever)."""
+    """What the scores read with no skill, measured at init: chance accuracy and the architecture's induction score."""
     metrics = {"val_acc_chance": task.chance()} if hasattr(task, "chance") else {}
     if task.probe:
         metrics["induction_init"] = induction_metrics(model, task, env)["induction_score"]
@@ -808,8 +797,7 @@ def chance_metrics(model, task, env):
 
 
 def eval_metrics(model, task, batch_size, env, chance=None):
-    """The metrics logged at every evaluation: loss and accuracy on the task's split, the scores the task declares
-    (task.metrics, among scores below) and its induction scores, each level of chance_metrics beside its score."""
+    """The metrics of an evaluation: loss, accuracy, task.metrics, induction scores, chance_metrics' levels beside."""
     chance = chance or {}
     run = lambda split: in_eval(model, evaluate, model, task, split, batch_size, env)  # eval mode, then back
     val = run(task.val_split)

@@ -55,14 +55,17 @@ SOURCES = {  # public sources with their published checksums
                  md5="9f81648d4199384278b86e315dac217c"),
     "text": dict(kind="lm", files=None, splits={"input": "stream"}),
 }
-
-
+FORMATS = {"sst2": "UTF-8 tab-separated rows under a header naming label and sentence (or content)",
+           "yelp_polarity": 'UTF-8 CSV rows "label","text" with label 1 or 2, or text,label1,"Review Stars: s" '
+                            'under a header'}
 USER_AGENT = "Mozilla/5.0 (compatible; mixit prepare.py)"  # some hosts refuse urllib's own (Python-urllib/3.x)
+ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
+OPTIONS = {"src": "", "tokenizer": "gpt2", "bpe_dir": "", "out_dir": "data", "max_len": 256, "name": ""}
+RULES = {"tokenizer": OneOf(TOKENIZERS), "max_len": positive}
 
 
 def download(url, path, md5=None, sha256=None):
-    """Fetch url to path with a progress line on stderr; the file must match its recorded checksum. A failure raises
-    ValueError and keeps nothing."""
+    """Fetch url to path (progress on stderr) and check its recorded checksum; a failure is a ValueError, no file."""
     tmp, digest, expected = path + ".part", hashlib.md5() if md5 else hashlib.sha256(), md5 or sha256
     try:
         request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
@@ -87,9 +90,6 @@ def download(url, path, md5=None, sha256=None):
             os.remove(tmp)
 
 
-ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
-
-
 def archive_members(path):
     """{basename: bytes} of the files inside a zip or tar archive."""
     if zipfile.is_zipfile(path):
@@ -100,8 +100,7 @@ def archive_members(path):
 
 
 def find_files(src, wanted):
-    """{role: (name, bytes)} for each role of wanted ({role: accepted basenames, preferred first}) found
-    in src: a folder (searched recursively, archives in it opened) or an archive."""
+    """{role: (name, bytes)} of wanted ({role: basenames, first preferred}) in src: a folder or an archive."""
     paths = sorted(glob.glob(os.path.join(src, "**", "*"), recursive=True)) if os.path.isdir(src) else [src]
     found = {}
     for path in filter(os.path.isfile, paths):
@@ -201,10 +200,8 @@ def read_yelp(blob):
 
 def encode_documents(tok, documents):
     """One uint16 stream: each document's tokens followed by the end-of-text token."""
-    parts = []
-    for i in range(0, len(documents), 1024):
-        for ids in tok.encode_batch(documents[i:i + 1024]):
-            parts.append(np.asarray(ids + [tok.eot], dtype=np.uint16))
+    parts = [np.asarray(ids + [tok.eot], dtype=np.uint16) for i in range(0, len(documents), 1024)
+             for ids in tok.encode_batch(documents[i:i + 1024])]
     return np.concatenate(parts) if parts else np.zeros(0, np.uint16)
 
 
@@ -252,8 +249,7 @@ def check_request(dataset, src, name):
 
 
 def write_lm(tok, spec, files, folder):
-    """{split}.bin token streams; returns {split: tokens}. A single stream (tinyshakespeare, text) is
-    cut 90% train / 10% val; WikiText keeps its splits, one document per article."""
+    """{split}.bin token streams: one stream cut 90% train / 10% val, or WikiText's splits (a document per article)."""
     if spec["splits"] == {"input": "stream"}:
         stream = encode_documents(tok, [blob.decode("utf-8", errors="replace") for _, blob in files.values()])
         cut = int(0.9 * len(stream))
@@ -264,11 +260,6 @@ def write_lm(tok, spec, files, folder):
     for split, tokens in splits.items():
         write_atomic(os.path.join(folder, f"{split}.bin"), tokens.tofile)
     return {split: int(len(tokens)) for split, tokens in splits.items()}
-
-
-FORMATS = {"sst2": "UTF-8 tab-separated rows under a header naming label and sentence (or content)",
-           "yelp_polarity": 'UTF-8 CSV rows "label","text" with label 1 or 2, or text,label1,"Review Stars: s" '
-                            'under a header'}
 
 
 def write_classification(tok, dataset, spec, files, folder, max_len):
@@ -290,10 +281,6 @@ def write_classification(tok, dataset, spec, files, folder, max_len):
         examples[split] = int(keep.sum())
         rules.add(rule)
     return examples, "; ".join(sorted(rules))
-
-
-OPTIONS = {"src": "", "tokenizer": "gpt2", "bpe_dir": "", "out_dir": "data", "max_len": 256, "name": ""}
-RULES = {"tokenizer": OneOf(TOKENIZERS), "max_len": positive}
 
 
 def main(argv):

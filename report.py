@@ -66,14 +66,6 @@ def table(rows, columns):
                      + ["| " + " | ".join(fmt(get(r, k)) for k in columns.values()) + " |" for r in rows]) + "\n"
 
 
-def markdown_table(summary):
-    """results.md's table: a row per (task, variant), each metric's mean ± its standard deviation over seeds."""
-    keys = list(dict.fromkeys(k for row in summary for k in row if isinstance(row[k], tuple)))
-    cell = lambda k: lambda r: "" if k not in r else f"{r[k][0]:.4g}" + (f" ± {r[k][1]:.2g}" if r[k][1] else "")
-    return table(summary, {"task": "task", "variant": "variant", "seeds": "seeds", "iters": "iter",
-                           **{k: cell(k) for k in keys}, "model": "model"})
-
-
 def write_report(runs, histories, label, out_dir, env, seconds):
     """The report of train.py's runs (write_files), from the master process; label names a run's variant."""
     if env.master:
@@ -85,10 +77,13 @@ def write_report(runs, histories, label, out_dir, env, seconds):
 
 
 def write_files(runs, histories, out_dir):
-    """Print the comparison's table; write into out_dir results.md (the table), runs.json (per run: what tells it apart,
-    its folder run_dir, the hardware and seconds, its final metrics and cost), compare.png and cost.png."""
+    """Print the comparison's table; write results.md, runs.json (each run's set-up, folder, metrics), the plots."""
     finals = [{**r, "samples": h[-1]["iter"] * r["step_samples"], **h[-1]} for r, h in zip(runs, histories)]
-    text = markdown_table(summarize(finals, histories))
+    summary = summarize(finals, histories)  # a row per (task, variant): each metric's mean ± std over seeds
+    keys = list(dict.fromkeys(k for row in summary for k in row if isinstance(row[k], tuple)))
+    cell = lambda k: lambda r: "" if k not in r else f"{r[k][0]:.4g}" + (f" ± {r[k][1]:.2g}" if r[k][1] else "")
+    text = table(summary, {"task": "task", "variant": "variant", "seeds": "seeds", "iters": "iter",
+                           **{k: cell(k) for k in keys}, "model": "model"})
     print("\n" + text, end="", flush=True)
     seeds = sorted({r["seed"] for r in finals})
     spread = f", mean ± sample std (n - 1) over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
@@ -107,14 +102,6 @@ COLORS = {"softmax": "tab:blue", "frozen_qk": "tab:orange", "mixing": "tab:green
 PATTERN_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "gold", "navy", "teal",
                   "maroon", "lime", "magenta", "peru", "darkslategray", "khaki", "indigo"]  # hybrids, in turn
 FREEZE_STYLES = {"": "-", "mlp": "--", "blocks": ":"}
-
-
-def save(fig, path):
-    """fig as a png at path, then closed."""
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 PANELS = {  # a panel: the metric, what runs along x (iter, flops or time; final: the last eval's list), title, y label
     "val_acc": ("val_acc", "iter", "accuracy", "accuracy (fraction of answers)"),
     "val_loss": ("val_loss", "iter", "evaluation loss", "cross-entropy"),
@@ -129,11 +116,17 @@ X_LABELS = {"iter": "optimizer step", "flops": "training FLOPs", "time": "traini
             "answer position", "val_acc_n": "key-value pairs in the sequence", "induction_layers": "layer",
             "val_acc_at": "position of the query (the answer follows it)"}
 LEVELS = {"val_acc": ("val_acc_chance", "dashed: chance"), "induction_score": ("induction_init", "dashed: at init")}
+HEADLINES = {"val_acc": "final accuracy", "val_loss": "validation loss (nats per token)"}  # a score's axis label
+
+
+def save(fig, path):
+    """fig as a png at path, then closed."""
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def variant_colors(runs):
-    """A colour per variant: its attention's (a hybrid's from a palette), shaded light to dark where several variants
-    share it (MixiT's head counts, unfreezing schedules)."""
+    """A colour per variant: its attention's (a hybrid's from a palette), shaded where variants share one (heads)."""
     kind = lambda run: LETTERS.get(run["attn"][0]) if len(set(run["attn"])) == 1 else run["attn"]  # mmmm: mixing
     patterns = list(dict.fromkeys(kind(r) for r in runs if kind(r) not in COLORS))
     base = lambda r: COLORS.get(kind(r)) or PATTERN_COLORS[patterns.index(kind(r)) % len(PATTERN_COLORS)]
@@ -194,17 +187,13 @@ def plot_comparison(runs, histories, path):
     save(fig, path)
 
 
-HEADLINES = {"val_acc": "final accuracy", "val_loss": "validation loss (nats per token)"}  # a score's axis label
-
-
 def headline(final):
     """The score a run is judged by: a language model's validation loss (it has no chance level), else accuracy."""
     return "val_loss" if "val_ppl" in final and "val_acc_chance" not in final else "val_acc"
 
 
 def plot_cost(finals, path):
-    """Each run's headline score against its training FLOPs and its measured training time per sample: a row per score,
-    a colour per variant, a marker per task, each task's chance level dashed."""
+    """Each run's headline score against training FLOPs and time per sample: a colour per variant, a marker per task."""
     colors, tasks = variant_colors(finals), list(dict.fromkeys(r["task"] for r in finals))
     markers = {task: "os^DvP*Xh<>p"[k % 12] for k, task in enumerate(tasks)}
     scores = list(dict.fromkeys(map(headline, finals)))
@@ -265,8 +254,7 @@ def plot_induction(scores, path, title):
 
 
 def plot_propagation(stats, width, path):
-    """Token covariance (log scale) and cosine similarity against depth at init, a curve per network (stats: {network:
-    (mean, std)}, each (depth+1, 2)) in a band of ± its standard deviation."""
+    """Token covariance (log scale) and similarity against depth at init, mean ± std: stats {network: (mean, std)}."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     for (name, (mean, std)), color in zip(stats.items(), (COLORS["mixing"], "tab:gray", COLORS["softmax"])):
         for k, ax in enumerate(axes):

@@ -116,20 +116,16 @@ def show_answers(model, task, config, dev):
           f"{exact}/{len(x)} examples entirely right")
 
 
-def read_prompt(start):
-    """--start as text: FILE:path reads the file."""
-    if not start.startswith("FILE:"):
-        return start
-    try:
-        with open(start[5:], encoding="utf-8") as f:
-            return f.read()
-    except OSError as e:
-        raise ConfigError(f"--start={start}: cannot read the file ({e.strerror})") from None
-
-
 def show_samples(model, tok, config, dev):
-    """num_samples continuations of --start, as nanoGPT prints them."""
-    x = torch.tensor(tok.encode(read_prompt(config["start"])) or [tok.eot], dtype=torch.long, device=dev)[None]
+    """num_samples continuations of --start (FILE:path reads the file), as nanoGPT prints them."""
+    start = config["start"]
+    if start.startswith("FILE:"):
+        try:
+            with open(start[5:], encoding="utf-8") as f:
+                start = f.read()
+        except OSError as e:
+            raise ConfigError(f"--start={start}: cannot read the file ({e.strerror})") from None
+    x = torch.tensor(tok.encode(start) or [tok.eot], dtype=torch.long, device=dev)[None]
     for _ in range(config["num_samples"]):
         y = model.generate(x, config["max_new_tokens"], config["temperature"], config["top_k"] or None,
                            config["use_cache"])
@@ -199,8 +195,7 @@ def token_stats(x):
 
 
 def unshape(model, seed):
-    """MixiT without its shaping: each fixed matrix plain random attention (a softmax of random scores, no
-    identity, no centring), and a plain residual sum."""
+    """MixiT unshaped: each fixed matrix plain random attention (a softmax of random scores), a plain residual sum."""
     g = torch.Generator().manual_seed(seed)
     for block in model.blocks:
         P = block.attn.mixing  # the stored matrix is A - I

@@ -93,6 +93,7 @@ RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "flo
                           "base_width", "depth_alpha"), non_negative)}
 ARCH_KEYS = [k for k in MixiTConfig.__dataclass_fields__]
 PAPER_ATTNS = ATTNS[:3]  # attn=all: the paper's three variants
+FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0, "flops": 0.0, "train_time": 0.0}  # a run's state at step 0
 
 
 # ----------------------------------------------------------------------------- one training run
@@ -133,8 +134,7 @@ def get_lr(it, config):
 
 
 def step_shares(accum, batch_size, env):
-    """This process's share of a step (always accum x batch_size sequences) as (micro-batch, rows) pairs: whole
-    micro-batches when the processes divide accum, else every micro-batch's rows dealt out among them."""
+    """This process's share of a step as (micro-batch, rows) pairs: the same sequences a step at any process count."""
     if accum % env.world_size == 0:
         return [(k, slice(None)) for k in range(env.rank, accum, env.world_size)]
     if batch_size % env.world_size == 0:
@@ -147,9 +147,6 @@ def speed(tokens, seconds, flops_per_token, peak, world_size):
     """Tokens per second over all processes, and the MFU of one device: each process does 1/world_size of the work."""
     tok_s = tokens / seconds
     return tok_s, (flops_per_token * tok_s / world_size / peak if peak else None)
-
-
-FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0, "flops": 0.0, "train_time": 0.0}  # a run's state at step 0
 
 
 def new_model(config, task, env):
@@ -169,8 +166,7 @@ def new_model(config, task, env):
 
 
 def load_state(path, mconf, model, optimizer, config, env):
-    """Load the checkpoint at path into model and optimizer and return its training state. It must hold this very
-    model and task (anything else is refused in one line); changed training options are printed."""
+    """Load the checkpoint at path (of this very model and task only) into model and optimizer; return its state."""
     ckpt = load_checkpoint(path, env.device)
     diffs = [f"{k}={ckpt['model_args'].get(k)!r} (this run: {getattr(mconf, k)!r})" for k in ARCH_KEYS
              if ckpt["model_args"].get(k, getattr(MixiTConfig, k)) != getattr(mconf, k)]
@@ -196,14 +192,15 @@ def load_state(path, mconf, model, optimizer, config, env):
 
 
 def start_run(config, task, env, ckpt_path, metrics_path):
-    """A run's model, optimizer, state and eval history, at init or resumed from its checkpoint (metrics.jsonl then
-    loses the evals made after it), and the no-skill levels of its scores, measured on the model at init."""
+    """A run's model, optimizer, state, eval history (resumed: up to the checkpoint) and chance levels (at init)."""
     mconf, model, optimizer = new_model(config, task, env)
     chance = chance_metrics(model, task, env)  # before a checkpoint is loaded
     state, history = dict(FRESH), []
     if config["init_from"] == "resume" and (os.path.isfile(ckpt_path) or not config.get("fresh_if_missing")):
         state = load_state(ckpt_path, mconf, model, optimizer, config, env)
-        history = read_history(metrics_path, state["iter_num"])
+        if os.path.isfile(metrics_path):  # its evals up to the checkpoint
+            with open(metrics_path) as f:
+                history = [m for m in map(json.loads, f) if m["iter"] <= state["iter_num"]]
         env.print(f"resumed {ckpt_path} at iter {state['iter_num']}")
     if env.master:
         os.makedirs(config["out_dir"], exist_ok=True)
@@ -359,13 +356,6 @@ def train_run(config, task, env, stop):
                                           ("lr", "tokens", "flops", "time")))
             t_log, log_iters, t_mark = time.time(), 0, time.time()
     return history
-
-
-def read_history(path, upto):
-    if not os.path.isfile(path):
-        return []
-    with open(path) as f:
-        return [m for m in map(json.loads, f) if m["iter"] <= upto]
 
 
 # ----------------------------------------------------------------------------- several runs side by side
