@@ -282,7 +282,8 @@ def plot_express(rows, path):
             ax.plot(*zip(*points), "o-" if T == lengths[0] else "s--", color=color, label=f"{variant}, T={T}")
         ax.set(xscale="log", xlabel="heads", ylabel="residual (0: formed, 1: nothing of it)", ylim=(-0.02, 1.02),
                title=pattern)
-        ax.set_xticks([r["heads"] for r in rows[:4]], [str(r["heads"]) for r in rows[:4]])
+        heads = sorted({r["heads"] for r in rows})
+        ax.set_xticks(heads, [str(h) for h in heads])
         ax.minorticks_off()
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)

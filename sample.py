@@ -243,6 +243,7 @@ def show_propagation(config):
 
 VARIANTS = {"MixiT": dict(attn="mixing"), "MixiT, mean head": dict(attn="mixing", mean_head=True),
             "softmax": dict(attn="softmax"), "Frozen-QK": dict(attn="frozen_qk")}  # at init, on random tokens
+LENGTHS, HEAD_COUNTS = (16, 64), (4, 16, 64, 256)  # the probe at init: one layer of width 512
 
 
 def layer_residuals(model, idx):
@@ -260,17 +261,22 @@ def print_residuals(rows, keys):
         print("".join(f"{row[k]:>18}" if k in keys else f"{row[k]:18.3f}" for k in keys + patterns))
 
 
-def express_at_init(config):
-    """The probe on one layer of width 512 at init, on random tokens, for each variant, 4 to 256 heads, T = 16, 64;
-    printed and plotted (out_dir/express.png)."""
+def residuals_at_init(seed):
+    """A row per length, variant and head count: the probe on one layer at init, on 8 random sequences."""
     rows = []
-    for T in (16, 64):
-        idx = torch.randint(0, 64, (8, T), generator=torch.Generator().manual_seed(config["seed"]))
+    for T in LENGTHS:
+        idx = torch.randint(0, 64, (8, T), generator=torch.Generator().manual_seed(seed))
         for name, kind in VARIANTS.items():
-            for heads in (4, 16, 64, 256):
+            for heads in HEAD_COUNTS:
                 model = MixiT(MixiTConfig(vocab_size=64, block_size=T, n_layer=1, n_head=heads, n_embd=512, **kind))
                 rows.append({"T": T, "heads": heads, "variant": name,
                              **{p: r[0].item() for p, r in layer_residuals(model, idx).items()}})
+    return rows
+
+
+def express_at_init(config):
+    """The probe at init, printed and plotted (out_dir/express.png)."""
+    rows = residuals_at_init(config["seed"])
     print_residuals(rows, ["T", "heads", "variant"])
     os.makedirs(config["out_dir"], exist_ok=True)
     path = os.path.join(config["out_dir"], "express.png")
@@ -281,7 +287,8 @@ def express_at_init(config):
 def show_express(model, task, config, dev):
     """The probe on each layer of a checkpoint and of the same model at init, on the task's first evaluation rows (a
     corpus: repeated random segments)."""
-    idx = next(task.eval_batches(task.val_split, 8))[0] if task else repeated_tokens(model.config, 8, seed=config["seed"])
+    idx = next(task.eval_batches(task.val_split, 8))[0] if task else repeated_tokens(model.config, 8,
+                                                                                     seed=config["seed"])
     rows = []
     for when, m in (("trained", model), ("at init", MixiT(model.config, dev))):
         residuals = layer_residuals(m, idx.to(dev))

@@ -2190,6 +2190,24 @@ def test_propagation_at_init_prints_and_plots(tmp_path, capsys):
     assert random[8, 1] > 0.7 and plain[8, 1] > 0.7 and mixit[8, 1] < 0.5  # tokens collapse together without shaping
 
 
+def test_express_probe_at_init_and_on_a_checkpoint(tmp_path, capsys, monkeypatch):
+    """--express=init: at init the mean head forms the prefix mean exactly, a softmax layer nearly (random small scores
+    give near-uniform causal weights), MixiT's few heads hardly; a table and express.png. --express=ckpt: each layer of
+    a checkpoint, trained and at init."""
+    monkeypatch.setattr(sample, "LENGTHS", (8,))
+    monkeypatch.setattr(sample, "HEAD_COUNTS", (2, 4))
+    mean = {(r["variant"], r["heads"]): r["prefix mean"] for r in sample.residuals_at_init(seed=0)}
+    assert len(mean) == 8 and mean["MixiT, mean head", 2] < 1e-6 and mean["softmax", 4] < 0.15  # float32 maps
+    assert mean["MixiT", 2] > mean["MixiT", 4] > 0.5
+    assert cli(sample.main, ["--express=init", f"--out_dir={tmp_path}"]) == 0
+    assert "MixiT, mean head" in capsys.readouterr().out and is_png(tmp_path / "express.png", 20_000)
+    assert run_train(tmp_path / "run", "--task=dyck_8", "--attn=mixing", "--mean_head=True", "--max_iters=2", *FAST) == 0
+    assert run_sample(tmp_path / "run", "--express=ckpt") == 0
+    rows = [line.replace("at init", "init").split() for line in capsys.readouterr().out.splitlines()]
+    assert [r[:3] for r in rows if r[:1] in (["0"], ["1"])] == [[layer, model, "0.000"] for layer in "01" for model in
+                                                               ("trained", "init")]  # the mean head: prefix mean
+
+
 def test_unshaped_mixing_is_plain_random_attention():
     model = sample.unshape(tiny_model(attn="mixing"), seed=0)
     A = torch.eye(12) + model.blocks[0].attn.mixing
