@@ -1672,6 +1672,15 @@ def test_resume_across_the_unfreeze_step_matches_an_uninterrupted_run(tmp_path):
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+def test_a_chosen_parametrization_is_part_of_the_label_and_folder():
+    """Runs whose parametrization is chosen, not auto, say so: the same pattern in both reads apart in every report."""
+    runs = train.plan_runs(dict(train.DEFAULTS, task="retrieval_4", attn="ssss,mmmm", n_layer=4,
+                                parametrization="mixit", out_dir="o"))
+    assert [train.run_label(r) for r in runs] == ["ssss mixit", "mmmm mixit"]
+    assert [r["out_dir"] for r in runs] == [os.path.join("o", f"retrieval_4-{p}-mixit") for p in ("ssss", "mmmm")]
+    assert train.run_label(dict(runs[0], parametrization="auto")) == "ssss"
+
+
 def test_schedules_without_frozen_parts_are_not_run_twice():
     config = dict(train.DEFAULTS, task="addition_2", attn="softmax,frozen_qk,mm,ml", unfreeze_at="never,50%")
     labels = [train.run_label(r) for r in train.plan_runs(config)]
@@ -1997,7 +2006,8 @@ def test_documented_commands_plan_what_they_say(doc):
     for script, args in doc_commands(text):
         if script == "sample":
             config = common.configure(sample.DEFAULTS, sample.bare_flags(args), sample.RULES, files=False)
-            assert config["propagation"] or os.path.normpath(config["out_dir"]) in out_dirs, args
+            at_init = config["propagation"] or config["express"] == "init"  # no checkpoint
+            assert at_init or os.path.normpath(config["out_dir"]) in out_dirs, args
     if doc != "README.md":
         return
     main, said = plans[""], doc_section(text, "### The main job")

@@ -363,7 +363,8 @@ def train_run(config, task, env, stop):
 def run_label(run):
     heads = f" h={run['n_head']}" if run["attn"] == "mixing" and run["mixing_heads"] else ""
     return (run["attn"] + heads + (f" freeze={run['freeze']}" if run["freeze"] else "")
-            + (f" unfreeze@{run['unfreeze_at']}" if run["unfreeze_at"] != "never" else ""))
+            + (f" unfreeze@{run['unfreeze_at']}" if run["unfreeze_at"] != "never" else "")
+            + (f" {run['parametrization']}" if run["parametrization"] != "auto" else ""))
 
 
 def split_list(text, valid, name):
@@ -417,7 +418,7 @@ def plan_runs(config):
     for run in runs:
         if len(runs) > 1:
             name = f"{run['task']}-" + run_label(run).replace(" h=", "-h").replace(" freeze=", "-freeze_") \
-                .replace(" unfreeze@", "-unfreeze_").replace("%", "pct")
+                .replace(" unfreeze@", "-unfreeze_").replace("%", "pct").replace(" ", "-")
             run["out_dir"] = os.path.join(config["out_dir"], name + (f"-s{run['seed']}" if len(seeds) > 1 else ""))
             run["fresh_if_missing"] = True  # resuming a comparison starts the runs that never began
     return runs

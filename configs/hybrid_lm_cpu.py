@@ -9,19 +9,20 @@
 # Training: 720 steps of 16 sequences, lr 3e-3.
 #   python prepare.py wikitext2 --src=PATH/wikitext-2 --tokenizer=bytes --name=wikitext2_bytes   # once
 #   python train.py configs/hybrid_lm_cpu.py --seeds=3
-# Where else: two softmax layers at each pair, and one Frozen-QK layer at each depth:
+# Where else: two softmax layers at each pair, and one Frozen-QK layer at the best single depth (the last):
 #   python train.py configs/hybrid_lm_cpu.py --seeds=3 --attn=ssmm,smsm,smms,mssm,msms,mmss --out_dir=out/hybrid_lm_two
-#   python train.py configs/hybrid_lm_cpu.py --seeds=3 --attn=fmmm,mfmm,mmfm,mmmf --out_dir=out/hybrid_lm_frozen
-# Placement read apart from parametrization: the ends and the best hybrids in the other parametrization
+#   python train.py configs/hybrid_lm_cpu.py --seeds=3 --attn=mmmf --out_dir=out/hybrid_lm_frozen
+# Placement read apart from parametrization: the ends and the best hybrid in the other parametrization
 #   python train.py configs/hybrid_lm_cpu.py --seeds=3 --attn=ssss --parametrization=mixit --out_dir=out/hybrid_lm_mixit
-#   python train.py configs/hybrid_lm_cpu.py --seeds=3 --attn=mmmm,smmm,ssmm,fmmm --parametrization=standard \
+#   python train.py configs/hybrid_lm_cpu.py --seeds=3 --attn=mmmm,mmms --parametrization=standard \
 #       --out_dir=out/hybrid_lm_standard
 # When: Frozen-QK's W_Q, W_K train from the start, from half way, or never; MixiT's matrices learned from half way
 # or throughout (4 heads, as the patterns):
 #   python train.py configs/hybrid_lm_cpu.py --seeds=3 --attn=frozen_qk --unfreeze_at=0%,50%,never --out_dir=out/hybrid_lm_when
 #   python train.py configs/hybrid_lm_cpu.py --seeds=3 --attn=learned_mixing --unfreeze_at=50%,never \
 #       --out_dir=out/hybrid_lm_learned
-# Validation loss against training FLOPs over every folder: python report.py out/hybrid_lm_cpu out/hybrid_lm_two ...
+# Validation loss against training FLOPs, every run: python report.py out/hybrid_lm_cpu out/hybrid_lm_two \
+#   out/hybrid_lm_frozen out/hybrid_lm_mixit out/hybrid_lm_standard out/hybrid_lm_when out/hybrid_lm_learned
 task = "wikitext2_bytes"
 out_dir = "out/hybrid_lm_cpu"
 attn = "mmmm,ssss,smmm,msmm,mmsm,mmms"
