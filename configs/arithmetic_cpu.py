@@ -36,10 +36,12 @@
 #   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_16 --attn=mixing --out_dir=out/express_paper
 #   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_8,dyck_16,dyck_30 --attn=learned_mixing \
 #       --out_dir=out/express_learned
-# and where MixiT already works, the main job's runs (python train.py --attn=mixing) with the mean head:
+# and where MixiT already works, the main job's runs (python train.py --attn=mixing) with the mean head, and without:
 #   python train.py configs/arithmetic_cpu.py --seeds=3 --task=addition_3,memorize_32,retrieval_6 --attn=mixing \
 #       --mean_head=True --n_embd=128 --mixing_heads=64 --batch_size=64 --max_iters=1000 --learning_rate=1e-3 \
 #       --out_dir=out/express_main
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=addition_3,memorize_32,retrieval_6 --attn=mixing \
+#       --n_embd=128 --mixing_heads=64 --batch_size=64 --max_iters=1000 --learning_rate=1e-3 --out_dir=out/express_main_paper
 task = "addition_3,modadd_47,memorize_32,dyck_8"
 out_dir = "out/arithmetic_cpu"
 n_layer = 2
