@@ -170,18 +170,19 @@ def show(config):
     corpus = name in CORPUS_TASKS or name.partition("_")[0] not in TASKS  # a prepared folder
     if config["classify"] and not model.config.n_classes:
         raise ConfigError(f"--classify needs a classifier; {config['out_dir']} holds a language model of {name}")
+    task = None if corpus else make_task(name)  # built once: its test set
     if config["attn_maps"]:
-        show_attention_maps(model, None if corpus else make_task(name), config, name, dev)
+        show_attention_maps(model, task, config, name, dev)
     if config["induction"]:
-        show_induction(model, None if corpus else make_task(name), config, name, dev)
+        show_induction(model, task, config, name, dev)
     if config["express"]:
-        show_express(model, None if corpus else make_task(name), config, dev)
+        show_express(model, task, config, dev)
     if config["attn_maps"] or config["induction"] or config["express"]:
         return
     if corpus:
         show_corpus(model, name, config, ckpt["config"], dev)
     else:
-        show_answers(model, make_task(name), config, dev)
+        show_answers(model, task, config, dev)
 
 
 # ----------------------------------------------------------------------------- signal propagation at init
@@ -301,8 +302,10 @@ def main(argv):
     config = configure(DEFAULTS, bare_flags(argv), RULES, files=False)
     try:
         with torch.no_grad():
-            if config["propagation"] or config["express"] == "init":
-                show_propagation(config) if config["propagation"] else express_at_init(config)
+            if config["propagation"]:
+                show_propagation(config)
+            elif config["express"] == "init":
+                express_at_init(config)
             else:
                 show(config)
     except ValueError as e:  # data.py's bad input: an unprepared corpus, a missing tokenizer

@@ -157,9 +157,10 @@ def new_model(config, task, env):
     if unfreeze_step(config):
         for name, p in model.named_parameters():
             p.requires_grad_(p.requires_grad and not name.endswith(".mixing"))
-    frozen = [hashlib.sha256(p.detach().cpu().numpy().tobytes()).hexdigest() for p in model.parameters()
-              if not p.requires_grad]
-    env.check_same([fingerprint(model), frozen], "the fixed random parts (mixing matrices, frozen weights)")
+    if env.ddp:  # the frozen weights' digests: a copy to the host, only where processes must agree
+        frozen = [hashlib.sha256(p.detach().cpu().numpy().tobytes()).hexdigest() for p in model.parameters()
+                  if not p.requires_grad]
+        env.check_same([fingerprint(model), frozen], "the fixed random parts (mixing matrices, frozen weights)")
     optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"],
                                            (config["beta1"], config["beta2"]), env.device_type)
     return mconf, model, optimizer
@@ -237,7 +238,7 @@ def wrap(model, config, env):
     return train_model
 
 
-def train_step(train_model, task, optimizer, scaler, config, env, iter_num, shares):
+def train_step(train_model, task, optimizer, scaler, params, config, env, iter_num, shares):
     """One optimizer step over this process's share of the step; returns its mean loss and the gradient norm."""
     accum, step_loss = config["gradient_accumulation_steps"], torch.zeros((), device=env.device)
     for i, (micro, rows) in enumerate(shares):  # micro-batch k of a step is the same whatever the process count
@@ -253,7 +254,6 @@ def train_step(train_model, task, optimizer, scaler, config, env, iter_num, shar
     norm = torch.zeros((), device=env.device)
     if config["grad_clip"]:
         scaler.unscale_(optimizer)
-        params = [p for p in train_model.parameters() if p.requires_grad]
         norm = torch.nn.utils.clip_grad_norm_(params, config["grad_clip"])
         if scaler.is_enabled():  # float16: overflowing steps are skipped by the scaler, not errors
             norm = torch.zeros((), device=env.device)
@@ -292,6 +292,7 @@ def train_run(config, task, env, stop):
     ckpt_path, metrics_path = (os.path.join(config["out_dir"], f) for f in ("ckpt.pt", "metrics.jsonl"))
     mconf, model, optimizer, state, history, chance = start_run(config, task, env, ckpt_path, metrics_path)
     train_model, switch = wrap(model, config, env), unfreeze_step(config)
+    params = [p for p in model.parameters() if p.requires_grad]  # what trains: clipped together
     scaler = torch.amp.GradScaler(env.device_type, enabled=env.dtype == torch.float16)
     shares = step_shares(config["gradient_accumulation_steps"], config["batch_size"], env)
     tokens_per_iter = config["batch_size"] * mconf.block_size * config["gradient_accumulation_steps"]
@@ -321,6 +322,7 @@ def train_run(config, task, env, stop):
             raise Interrupted(signum)
         if iter_num == switch and (count := unfreeze(model, optimizer, config["weight_decay"])):
             before, flops_per_token = flops_per_token, model.flops_per_token()
+            params = [p for p in model.parameters() if p.requires_grad]
             train_model = wrap(model, config, env)  # DDP hooks the parameters that train at its construction
             env.print(f"iter {iter_num}: unfroze {count:,} parameters; training FLOPs per token "
                       f"{before / 1e6:.3f}M -> {flops_per_token / 1e6:.3f}M")
@@ -328,7 +330,7 @@ def train_run(config, task, env, stop):
         for group in optimizer.param_groups:
             group["lr"] = lr
         try:
-            loss, norm = train_step(train_model, task, optimizer, scaler, config, env, iter_num, shares)
+            loss, norm = train_step(train_model, task, optimizer, scaler, params, config, env, iter_num, shares)
         except torch.OutOfMemoryError:
             raise out_of_memory(config, ckpt_path) from None
         step_t += 1
