@@ -41,8 +41,7 @@ data_dir = ""  # the folder of prepared corpora; '' takes the checkpoint's
 bpe_dir = ""  # a folder with gpt2.tiktoken (GPT-2 BPE offline); '' takes MIXIT_BPE_DIR
 propagation = 0  # > 0: no checkpoint; how tokens' residual streams drift together at init, up to this depth
 propagation_width = 128  # the width of those models (4 heads, 64 tokens), measured over seeds 0, 1, 2
-express = ""  # init: (no checkpoint) how well each variant's heads at init form named causal patterns, against heads
-# and length; ckpt: the same for each layer of the checkpoint in out_dir, beside the same model at init
+express = ""  # init: which patterns each variant's heads can form at init (no checkpoint); ckpt: out_dir's model's
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 RULES = {"num_samples": positive, "temperature": positive, "max_new_tokens": non_negative, "top_k": non_negative,

@@ -152,6 +152,25 @@ def fake_cuda(monkeypatch):
     return types.SimpleNamespace(chosen=chosen, groups=groups)
 
 
+def test_batches_reach_a_gpu_from_pinned_memory_without_a_sync():
+    """Env.to_device on CUDA pins each batch and copies it asynchronously; elsewhere a plain copy (a stand-in records)."""
+    class Batch:
+        def __init__(self):
+            self.calls = []
+
+        def pin_memory(self):
+            self.calls.append("pin")
+            return self
+
+        def to(self, device, non_blocking=False):
+            self.calls.append((str(device), non_blocking))
+            return self
+
+    for device, expected in (("cuda:0", ["pin", ("cuda:0", True)]), ("cpu", [("cpu", False)])):
+        batches = common.Env(torch.device(device), torch.float32).to_device(Batch(), Batch())
+        assert [b.calls for b in batches] == [expected, expected]
+
+
 def test_the_cuda_stand_in_keeps_torchs_rule(fake_cuda):
     with pytest.raises(ValueError, match="specified index"):
         torch.cuda.set_device(torch.device("cuda"))  # what broke every single-GPU user
