@@ -1768,7 +1768,8 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("args,message", BAD_INPUTS)
-def test_bad_input_is_one_clear_line(tmp_path, capsys, args, message):
+def test_bad_input_is_one_clear_line(tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without a GPU, also on one with
     args = [write_config(tmp_path, a[7:]) if a.startswith("CONFIG:") else a for a in args]
     out_dir = tmp_path / "out"
     assert run_train(out_dir, *args) == 2
@@ -2462,7 +2463,8 @@ def test_cuda_every_variant_trains_compiled_in_bf16_like_eager(tmp_path):
     for mode in ("True", "False"):
         assert run_train(tmp_path / mode, *args, f"--compile={mode}", device="cuda") == 0
     for attn in ATTNS[:3]:  # all: the paper's three
-        compiled, eager = (read_metrics(tmp_path / mode / f"addition_3-{attn}") for mode in ("True", "False"))
+        compiled, eager = (read_metrics(next((tmp_path / mode).glob(f"addition_3-{attn}*")))  # -h64: MixiT's heads
+                           for mode in ("True", "False"))
         assert compiled[-1]["val_loss"] < compiled[0]["val_loss"] < math.log(31)  # the loss falls
         assert compiled[-1]["train_loss"] == pytest.approx(eager[-1]["train_loss"], rel=0.05)  # bf16 tolerance
 
