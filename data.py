@@ -559,6 +559,18 @@ class TextTask:
     def tokens(self, split):
         return np.memmap(os.path.join(self.folder, f"{split}.bin"), dtype=np.uint16, mode="r")  # fresh per batch
 
+    def loss_floor(self):
+        """What a model that reads only the last token earns: a bigram counted on the training split (add-one
+        smoothing), its cross-entropy in nats per token over every consecutive pair of the evaluation split."""
+        V, train, val = self.meta["vocab_size"], self.tokens("train"), self.tokens(self.val_split)
+        pairs = lambda data: data[:-1].astype(np.int64) * V + data[1:]  # (a, b) as one integer
+        codes, counts = np.unique(pairs(train), return_counts=True)
+        wanted = pairs(val)
+        at = np.minimum(np.searchsorted(codes, wanted), len(codes) - 1)
+        seen = np.where(codes[at] == wanted, counts[at], 0)  # c(a, b) on the training split
+        contexts = np.bincount(train[:-1], minlength=V)[val[:-1]]  # c(a)
+        return float(np.mean(np.log(contexts + V) - np.log(seen + 1)))  # -log (c(a, b) + 1) / (c(a) + V)
+
     def windows(self, data, starts):
         idx = starts[:, None] + np.arange(self.block_size + 1)  # (B, T+1)
         inside = idx < len(data)
@@ -613,6 +625,13 @@ class ClassifyTask:
         """The majority class's share of the evaluation split."""
         y = self.split(self.val_split)[1]
         return float(np.bincount(y).max() / len(y))
+
+    def loss_floor(self):
+        """What a model that reads no input earns: the training split's class shares, their cross-entropy in nats on
+        the evaluation split."""
+        train, val = self.split("train")[1], self.split(self.val_split)[1]
+        prior = np.bincount(train, minlength=self.n_classes) / len(train)
+        return float(-np.log(prior[val]).mean())
 
     def eval_batches(self, split, batch_size, rank=0, world_size=1):
         x, y = self.split(split)
@@ -788,10 +807,20 @@ def induction_metrics(model, task, env):
     return {"induction_score": scores.max().item(), "induction_layers": scores.max(1).values.tolist()}
 
 
+LEVELS = ("val_loss_floor", "val_acc_chance")  # what loss and accuracy read with no skill (or the least)
+
+
+def probed(model, task):
+    """Whether the task's induction probe applies: it reads attention, and a model of 0 layers has none."""
+    return task.probe and len(model.blocks)
+
+
 def chance_metrics(model, task, env):
-    """What the scores read with no skill, measured at init: chance accuracy and the architecture's induction score."""
-    metrics = {"val_acc_chance": task.chance()} if hasattr(task, "chance") else {}
-    if task.probe:
+    """What the scores read with no skill, measured at init: loss floor, chance accuracy, the induction score."""
+    metrics = {"val_loss_floor": task.loss_floor()} if hasattr(task, "loss_floor") else {}
+    if hasattr(task, "chance"):
+        metrics["val_acc_chance"] = task.chance()
+    if probed(model, task):
         metrics["induction_init"] = induction_metrics(model, task, env)["induction_score"]
     return metrics
 
@@ -808,11 +837,9 @@ def eval_metrics(model, task, batch_size, env, chance=None):
               "val_acc_n": lambda: val["acc_n"], "val_acc_at": lambda: val["acc_at"],
               "bits_per_param": lambda: bits(val["loss"]) / params(),  # rows x (log2 N - loss in bits)
               "bits_ceiling": lambda: bits(0.0) / params()}  # the whole table held
-    metrics = {"val_loss": val["loss"], "val_acc": val["acc"]}
-    if "val_acc_chance" in chance:
-        metrics["val_acc_chance"] = chance["val_acc_chance"]
+    metrics = {"val_loss": val["loss"], "val_acc": val["acc"], **{k: chance[k] for k in LEVELS if k in chance}}
     metrics.update({name: scores[name]() for name in task.metrics})
-    if task.probe:
+    if probed(model, task):
         metrics.update(induction_metrics(model, task, env))
         if "induction_init" in chance:
             metrics["induction_init"] = chance["induction_init"]

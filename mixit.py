@@ -70,9 +70,11 @@ class MixiTConfig:
 
     def validate(self):
         """Raise ValueError naming what is valid."""
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mix_block"):
+        for name in ("vocab_size", "block_size", "n_head", "n_embd", "mix_block"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.n_layer < 0:  # 0: embeddings, norm and head alone, a bigram model or a bag-of-words classifier
+            raise ValueError(f"n_layer must be 0 or more, got {self.n_layer}")
         if self.attn not in ATTNS and (len(self.attn) != self.n_layer or set(self.attn) - set(LETTERS)):
             raise ValueError(f"unknown attn {self.attn!r}; valid: {', '.join(ATTNS)}, or one letter per layer for "
                              f"n_layer={self.n_layer} (s softmax, f frozen_qk, m mixing, l learned_mixing)")

@@ -115,7 +115,8 @@ PANELS = {  # a panel: the metric, what runs along x (iter, flops or time; final
 X_LABELS = {"iter": "optimizer step", "flops": "training FLOPs", "time": "training time (s)", "val_acc_pos":
             "answer position", "val_acc_n": "key-value pairs in the sequence", "induction_layers": "layer",
             "val_acc_at": "position of the query (the answer follows it)"}
-LEVELS = {"val_acc": ("val_acc_chance", "dashed: chance"), "induction_score": ("induction_init", "dashed: at init")}
+LEVELS = {"val_acc": ("val_acc_chance", "dashed: chance"), "val_loss": ("val_loss_floor", "dashed: floor"),
+          "induction_score": ("induction_init", "dashed: at init")}  # what each score reads with no skill
 HEADLINES = {"val_acc": "final accuracy", "val_loss": "validation loss (nats per token)"}  # a score's axis label
 
 
@@ -172,7 +173,7 @@ def plot_comparison(runs, histories, path):
                 level, note = LEVELS.get(key, (None, ""))
                 if level in hs[0][-1]:  # what the score reads with no skill
                     ax.axhline(np.mean([h[-1][level] for h in hs]), ls="--", lw=1,
-                               color="gray" if level == "val_acc_chance" else colors[name])  # a task's, a variant's
+                               color="gray" if level != "induction_init" else colors[name])  # a task's, a variant's
                     title = f"{PANELS[panel][2]} ({note})"
             ax.set(title=f"{task_name}: {title}", ylabel=ylabel, xlabel=X_LABELS[key if x == "final" else x])
             if key != "val_loss":
@@ -204,7 +205,8 @@ def plot_cost(finals, path):
                                           ("training time per sample (ms)", lambda r: 1e3 * r["time"] / r["samples"]))):
             for r in runs:
                 ax.scatter(cost(r), r[score], color=colors[r["variant"]], marker=markers[r["task"]], s=28, alpha=0.85)
-            for level in {r["val_acc_chance"] for r in runs if "val_acc_chance" in r}:  # each task's chance level
+            floor = LEVELS[score][0]
+            for level in {r[floor] for r in runs if floor in r}:  # each task's chance level or loss floor
                 ax.axhline(level, color="gray", ls="--", lw=1)
             costs = [cost(r) for r in runs]  # on a log scale where they span more than a decade: labelled ticks
             ax.set(xscale="log" if max(costs) > 10 * min(costs) else "linear", xlabel=what, ylabel=label,

@@ -647,6 +647,23 @@ def test_cached_generation_matches_uncached(attn):
     assert all(torch.equal(batched[r:r + 1], model.generate(prompt[r:r + 1], 15, top_k=1)) for r in range(2))
 
 
+@pytest.mark.parametrize("temperature, top_k", [(0.5, None), (2.0, None), (1.0, 4), (0.5, 4), (1.0, 1)])
+def test_sampling_draws_the_softmax_of_the_logits_over_the_temperature_among_the_top_k(temperature, top_k):
+    """generate on a model whose logits are set by hand: 4000 draws of one token follow softmax(logits / T) kept to
+    the top_k largest logits and renormalized; no draw falls outside the top_k; top_k=1 is the argmax."""
+    model, n = tiny_model().eval(), 4000
+    logits = -torch.arange(32.0).roll(7) / 4  # token 7 the likeliest, then 8, 9, ...: known, no ties
+    model.forward = lambda idx, targets=None, cache=None: (logits.expand(*idx.shape, 32), None)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        drawn = model.generate(torch.zeros(n, 3, dtype=torch.long), 1, temperature=temperature, top_k=top_k)[:, -1]
+    share = torch.bincount(drawn, minlength=32) / n
+    best = sorted(range(32), key=lambda v: -logits[v])[:top_k or 32]  # brute force: the top_k tokens
+    weights = torch.tensor([math.exp(logits[v] / temperature) if v in best else 0.0 for v in range(32)])
+    expected = weights / weights.sum()
+    assert (share[expected == 0] == 0).all() and (share - expected).abs().max() < 0.025  # ~4 standard deviations
+
+
 @pytest.mark.parametrize("attn", GENERATING)
 def test_generation_past_block_size_reads_the_last_block_size_tokens(attn):
     """Past block_size each new token is the model's answer to the last block_size tokens, cached or not."""
@@ -1130,6 +1147,116 @@ def test_repeated_tokens_are_distinct_repeats_without_padding():
         data.repeated_tokens(cfg, 1, seg_len=21)
 
 
+def test_induction_score_is_the_best_heads(monkeypatch):
+    """induction_metrics on attention set by hand, on a segment of 3 and its repeat (induction_4): in layer 0 a head
+    with half its weight on the token after the earlier copy (score 0.5), in layer 1 a uniform causal head (the mean
+    of 1/(i+1) over i = 3, 4, 5), every other head on itself (0). The score is the best head's, a layer's its best."""
+    task = data.make_task("induction_4")
+    model = tiny_model(vocab_size=task.vocab_size, block_size=task.block_size)
+
+    def maps(idx):
+        n, T = idx.shape
+        eye, uniform = torch.eye(T), torch.ones(T, T).tril()
+        uniform, half = uniform / uniform.sum(-1, keepdim=True), eye / 2
+        for i in range(T // 2, T):
+            half[i, i - T // 2 + 1] = 0.5
+        return torch.stack([torch.stack([eye, half, eye, eye]), torch.stack([eye, eye, uniform, eye])])[:, None] \
+            .expand(2, n, 4, T, T)
+
+    monkeypatch.setattr(model, "attention_maps", maps)
+    scores = data.induction_metrics(model, task, common.setup("cpu", "float32"))
+    assert scores["induction_score"] == pytest.approx(0.5)
+    assert scores["induction_layers"] == pytest.approx([0.5, (1 / 4 + 1 / 5 + 1 / 6) / 3])
+
+
+class Predicts(torch.nn.Module):
+    """A stand-in model whose predictions are answer(x) (B, T), as logits 3 there and 0 elsewhere: the loss of a right
+    answer is log(e^3 + V - 1) - 3, of a wrong one log(e^3 + V - 1)."""
+
+    def __init__(self, vocab_size, answer):
+        super().__init__()
+        self.vocab_size, self.answer = vocab_size, answer
+
+    def forward(self, x, targets=None):
+        return 3.0 * F.one_hot(self.answer(x), self.vocab_size).float(), None
+
+
+def test_evaluation_of_a_batch_built_by_hand():
+    """evaluate on 4 rows: both answers right; 2 of 3 right; its one answer wrong; no answer. Exact match counts a row
+    only when all its answers are right, among the rows with answers; each score by hand."""
+    y = torch.tensor([[-1, 2, 3, -1], [-1, 1, 4, 0], [-1, -1, 2, -1], [-1, -1, -1, -1]])
+    pred = torch.tensor([[0, 2, 3, 0], [0, 1, 4, 1], [0, 0, 1, 0], [1, 1, 1, 1]])
+    task = types.SimpleNamespace(block_size=4, eval_batches=lambda split, size, rank, world: iter([(pred, y)]))
+    got = data.evaluate(Predicts(5, lambda x: x), task, "test", 8, common.setup("cpu", "float32"))  # x: pred
+    right, wrong = math.log(math.exp(3) + 4) - 3, math.log(math.exp(3) + 4)
+    assert got["loss"] == pytest.approx((4 * right + 2 * wrong) / 6) and got["acc"] == pytest.approx(4 / 6)
+    assert got["exact"] == pytest.approx(1 / 3)
+    assert got["acc_pos"] == pytest.approx([2 / 3, 1, 0])  # a row's 1st, 2nd and 3rd answers
+    assert got["acc_n"] == pytest.approx([0, 1, 2 / 3])  # rows of 1, 2 and 3 answers
+    assert got["acc_at"] == pytest.approx([math.nan, 1, 2 / 3, 0, math.nan], nan_ok=True)  # by position
+
+
+def test_dyck_reports_accuracy_by_the_querys_position():
+    """Dyck's val_acc_at on 4 strings by hand, '()', ')(', '(())' and '(': a model that always answers ')' (balanced)
+    is right on the two balanced ones; by the query's position 1, 2 and 4: 0, 1/2 and 1."""
+    task = data.make_task("dyck_2")
+    task.test = np.array([[1, 2, 3, 2, 0, 0, 0], [2, 1, 3, 1, 0, 0, 0], [1, 1, 2, 2, 3, 2, 0], [1, 3, 1, 0, 0, 0, 0]])
+    got = data.eval_metrics(Predicts(4, lambda x: torch.full_like(x, 2)), task, 8, common.setup("cpu", "float32"))
+    nan = math.nan
+    assert got["val_acc"] == 0.5 and got["val_acc_at"] == pytest.approx([nan, 0, 0.5, nan, 1, nan, nan], nan_ok=True)
+
+
+def test_modular_addition_reports_training_accuracy_on_the_training_split():
+    """modadd_5 (23 training pairs, 2 test pairs) and a model that knows the sums of the first 10 training pairs only,
+    answering every other pair wrong: train_acc 10/23, val_acc 0."""
+    task = data.make_task("modadd_5")
+    known = {(a, b): c for a, b, c in task.split_rows("train")[:10].tolist()}
+    answer = lambda x: torch.tensor([[0, known.get((a, b), (a + b + 1) % 5)] for a, b in x.tolist()])
+    got = data.eval_metrics(Predicts(5, answer), task, 8, common.setup("cpu", "float32"))
+    assert len(task.split_rows("train")) == 23 and got["train_acc"] == pytest.approx(10 / 23) and got["val_acc"] == 0
+
+
+# the floors: what loss and accuracy read with the least skill
+
+
+def test_the_bigram_floor_is_the_counted_bigrams_loss(tmp_path):
+    """val_loss_floor of text: -log (c(a, b) + 1) / (c(a) + V), counted on train, over every pair of the eval split."""
+    (tmp_path / "a.txt").write_text("abracadabra, a cab; " * 40 + "zebra and bread " * 7)
+    prepare.prepare("text", src=str(tmp_path / "a.txt"), tokenizer="bytes", out_dir=str(tmp_path), name="tiny")
+    task = data.make_task("tiny", 8, str(tmp_path))
+    train_, val = (task.tokens(split).tolist() for split in ("train", "val"))
+    V, pairs, contexts = task.meta["vocab_size"], Counter(zip(train_, train_[1:])), Counter(train_[:-1])
+    brute = [-math.log((pairs[a, b] + 1) / (contexts[a] + V)) for a, b in zip(val, val[1:])]
+    assert V == 257 and len(brute) > 50
+    assert task.loss_floor() == pytest.approx(sum(brute) / len(brute), rel=1e-12)
+    assert run_train(tmp_path / "out", "--task=tiny", f"--data_dir={tmp_path}", "--n_layer=0", "--attn=softmax",
+                     "--block_size=8", "--max_iters=2", "--eval_interval=2", "--batch_size=4") == 0
+    final = read_metrics(tmp_path / "out")[-1]  # a model of 0 layers: no attention to probe for induction heads
+    assert final["val_loss_floor"] == pytest.approx(task.loss_floor()) and "induction_score" not in final
+
+
+def test_a_classifiers_floor_is_the_class_priors_loss_and_n_layer_0_a_bag_of_words(tmp_path):
+    (tmp_path / "src").mkdir()
+    for name, labels in (("train.tsv", [1, 1, 1, 0] * 16), ("dev.tsv", [1, 0, 0, 0, 1])):
+        rows = "".join(f"{'a fine' if y else 'a dull'} film, take {i}\t{y}\n" for i, y in enumerate(labels))
+        (tmp_path / "src" / name).write_text("sentence\tlabel\n" + rows)
+    prepare.prepare("sst2", src=str(tmp_path / "src"), tokenizer="bytes", out_dir=str(tmp_path / "data"))
+    task = data.make_task("sst2", 0, str(tmp_path / "data"))
+    assert task.loss_floor() == pytest.approx(-(2 * math.log(0.75) + 3 * math.log(0.25)) / 5)  # train's shares on dev
+    assert task.chance() == pytest.approx(0.6)
+    assert run_train(tmp_path / "out", "--task=sst2", f"--data_dir={tmp_path / 'data'}", "--n_layer=0",
+                     "--attn=softmax", "--max_iters=4", "--eval_interval=2", "--batch_size=8") == 0
+    final = read_metrics(tmp_path / "out")[-1]
+    assert (final["val_loss_floor"], final["val_acc_chance"]) == (pytest.approx(task.loss_floor()), pytest.approx(0.6))
+    x, _ = task.get_batch("val", 5)
+    shuffled = x.clone()
+    for row, real in zip(shuffled, x != task.pad_id):
+        row[real] = row[real][torch.randperm(int(real.sum()))]
+    logits = lambda n, idx: MixiT(train.model_config(dict(train.DEFAULTS, n_layer=n, attn="softmax"), task))(idx)[0]
+    assert torch.allclose(logits(0, shuffled), logits(0, x), atol=1e-6)  # no layers: a bag of words
+    assert not torch.allclose(logits(2, shuffled), logits(2, x), atol=1e-6)  # attention reads the order
+
+
 # ===== prepare.py
 # ----------------------------------------------------------------------------- tokenizers
 
@@ -1457,11 +1584,11 @@ def torchrun_cmd(nproc, *args):
             *args]
 
 
-@pytest.mark.parametrize("accum, attn", [(1, "mixing"), (2, "fl")])
+@pytest.mark.parametrize("accum, attn", [(1, "mixing"), (4, "fl")])
 def test_torchrun_two_processes_match_one(tmp_path, accum, attn):
     """The step is the same batch_size x accum sequences for any number of processes: whole micro-batches per
-    process (accum 2), or each micro-batch's rows dealt out (accum 1, the default); MixiT, and a hybrid of a
-    Frozen-QK layer and a learned mixing layer."""
+    process (accum 4: two each, the gradients synchronized on the last, none on the first), or each micro-batch's rows
+    dealt out (accum 1, the default); MixiT, and a hybrid of a Frozen-QK layer and a learned mixing layer."""
     args = ["--task=addition_2", f"--attn={attn}", "--max_iters=4", "--eval_interval=2", "--device=cpu",
             f"--gradient_accumulation_steps={accum}", *FAST]
     proc = subprocess.run(torchrun_cmd(2, *args, f"--out_dir={tmp_path / 'ddp'}"), cwd=HERE, capture_output=True,
@@ -1542,6 +1669,47 @@ def test_mfu_is_per_device_and_tokens_per_second_for_all():
     assert train.speed(8000, 2.0, 3.0, None, 2) == (4000.0, None)
 
 
+@pytest.mark.parametrize("world, peak, line", [
+    (1, 1.2e12, "32,000 tok/s, mfu 8.0%, eta 0m01s"),  # 3e6 FLOPs x 32,000 tokens/s of 1.2e12 FLOP/s
+    (2, 1.2e12, "32,000 tok/s over 2 processes, mfu 4.0% per process, eta 0m01s"),  # each device half the tokens
+    (1, None, "32,000 tok/s, mfu n/a, eta 0m01s")])  # no known peak
+def test_progress_line_of_a_step(world, peak, line):
+    """iter 5 of 10 at 0.25 s a step of 8000 tokens: 32,000 tokens/s, 5 steps left of 0.25 s."""
+    env = types.SimpleNamespace(world_size=world, ddp=world > 1)
+    got = train.progress(5, {"max_iters": 10}, torch.tensor(1.23456), 3e-4, 0.25, 8000, 3e6, peak, env)
+    assert got == "iter 5/10: loss 1.2346, lr 3.00e-04, 250.0 ms/iter, " + line
+
+
+def test_log_lines_and_metrics_of_a_run(tmp_path, capsys, monkeypatch):
+    """A 3-step run of 3 micro-batches of 8 sequences of 2 tokens a step (48 tokens), logged at each step, evaluated at
+    steps 2 and 3: a log line reads its step's loss and learning rate, ms/iter x tok/s = 48 tokens and the MFU of a
+    peak set by hand; an eval's train_loss is the mean of the step losses since the last; the eval line holds each
+    metric to 4 decimals; metrics.jsonl counts the tokens and FLOPs of every step so far."""
+    monkeypatch.setattr(train, "peak_flops", lambda device, dtype: 1e9)
+    assert run_train(tmp_path, "--task=memorize_4", "--attn=softmax", "--max_iters=3", "--eval_interval=2", *FAST,
+                     "--batch_size=8", "--gradient_accumulation_steps=3", "--log_interval=1") == 0
+    out, metrics = capsys.readouterr().out, read_metrics(tmp_path)
+    config = dict(train.DEFAULTS, learning_rate=1e-3, warmup_iters=2, max_iters=3)
+    per_token = MixiT(MixiTConfig(**load_ckpt(tmp_path)["model_args"])).flops_per_token()
+    steps = re.findall(r"iter (\d)/3: loss (\S+), lr (\S+), (\S+) ms/iter, (\S+) tok/s, mfu (\S+)%", out)
+    assert [int(s[0]) for s in steps] == [1, 2, 3]
+    for it, loss, lr, ms, tok_s, mfu in steps:
+        tok_s = float(tok_s.replace(",", ""))
+        assert lr == f"{train.get_lr(int(it) - 1, config):.2e}"
+        assert abs(float(ms) * tok_s / 1000 - 48) < 48 * 0.051 / float(ms) + 0.01  # ms/iter to 0.1, tok/s to 1
+        assert float(mfu) == pytest.approx(100 * per_token * tok_s / 1e9, abs=0.06)
+    losses = [float(s[1]) for s in steps]
+    assert [m["train_loss"] for m in metrics] == pytest.approx([(losses[0] + losses[1]) / 2, losses[2]], abs=1e-4)
+    for m, k in zip(metrics, (2, 3)):
+        assert (m["iter"], m["tokens"], m["lr"]) == (k, 48 * k, train.get_lr(k - 1, config))
+        assert m["flops"] == pytest.approx(48 * k * per_token)
+    logged = dict(field.split(" ") for field in out[out.rindex("eval iter 3"):].splitlines()[0][5:].split(", "))
+    shown = {k: v for k, v in metrics[1].items() if not isinstance(v, list) and k not in ("lr", "tokens", "flops",
+                                                                                          "time")}
+    assert logged == {k: f"{v:.4f}" if isinstance(v, float) else str(v) for k, v in shown.items()}
+    assert {"train_loss", "val_loss", "val_acc", "bits_per_param"} <= set(logged)
+
+
 def test_every_run_of_a_multi_run_job_is_compiled(tmp_path, monkeypatch):
     """Ten models in one process, one after another, as train.py trains a comparison: dynamo's recompile limit (8
     graphs per code object) must not send the later ones back to eager. A backend that counts what it compiles."""
@@ -1608,6 +1776,21 @@ def test_checkpoint_holds_no_fixed_matrix_and_refuses_another_one(tmp_path, caps
     assert run_sample(tmp_path, "--num_samples=1") == 2
     for err in capsys.readouterr().err.splitlines()[-2:]:
         assert "the fixed mixing matrix of layer 1 cannot be rebuilt here" in err and "another version" in err
+
+
+def test_a_checkpoint_of_another_seeds_matrices_is_refused_by_one_process(tmp_path, capsys):
+    """A checkpoint whose mixing matrices are another seed's (its fingerprint that of seed 1, its arguments seed 0):
+    refused by a single process's load, sample.py's and a resuming train.py's; its own fingerprint loads."""
+    args = ["--task=addition_2", "--attn=mixing", *FAST]
+    assert run_train(tmp_path, *args, "--max_iters=2") == 0
+    ckpt = load_ckpt(tmp_path)
+    assert common.load_model(str(tmp_path / "ckpt.pt"))[1]["iter_num"] == 2
+    ckpt["fingerprint"] = common.fingerprint(MixiT(MixiTConfig(**{**ckpt["model_args"], "seed": 1})))
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    assert run_sample(tmp_path, "--num_samples=1") == 2
+    assert run_train(tmp_path, *args, "--max_iters=4", "--init_from=resume") == 2
+    for err in capsys.readouterr().err.splitlines():
+        assert "the fixed mixing matrix of layer 0 cannot be rebuilt here" in err
 
 
 @pytest.mark.parametrize("saved", [None, [], [[], []], [None, None]])
@@ -1677,6 +1860,18 @@ def test_frozen_parts_start_training_at_the_unfreeze_step(tmp_path, capsys):
     assert last["flops"] - first["flops"] > first["flops"]  # the steps after cost more: weight gradients
 
 
+def test_unfrozen_weights_train_with_their_kinds_weight_decay(tmp_path):
+    """At the unfreeze step the frozen matrices (W_Q, W_K, the MLPs', the learned mixing matrix) join AdamW with the
+    run's weight_decay, the vectors (biases) without, as the parameters that trained from the start."""
+    assert run_train(tmp_path, *UNFREEZE, "--max_iters=4", "--weight_decay=0.25") == 0
+    ckpt = load_ckpt(tmp_path)
+    fresh = MixiT(MixiTConfig(**ckpt["model_args"]))
+    late = [p for name, p in fresh.named_parameters() if not p.requires_grad or name.endswith(".mixing")]
+    groups = ckpt["optimizer"]["param_groups"]
+    assert [g["weight_decay"] for g in groups] == [0.25, 0.0, 0.25, 0.0]
+    assert [len(g["params"]) for g in groups[2:]] == [sum(p.dim() >= 2 for p in late), sum(p.dim() < 2 for p in late)]
+
+
 def test_resume_across_the_unfreeze_step_matches_an_uninterrupted_run(tmp_path):
     run = [*UNFREEZE, "--eval_interval=2", "--lr_decay_iters=6"]
     assert run_train(tmp_path / "full", *run, "--max_iters=6") == 0
@@ -1737,7 +1932,7 @@ BAD_INPUTS = [
     (["--device=tpu"], "unknown device 'tpu'; valid: auto, cpu, cuda, cuda:N, mps"),
     (["--device=cuda"], "CUDA is not available here; valid: cpu"),
     (["--dtype=float64"], "valid: auto, float32, bfloat16, float16"),
-    (["--n_layer=0"], "n_layer must be positive, got 0"),
+    (["--n_layer=-1"], "n_layer must be 0 or more, got -1"),
     (["--batch_size=-4"], "must be positive"),
     (["--n_embd=100", "--n_head=3"], "n_embd=100 must be divisible by n_head=3"),
     (["--n_embd=24", "--n_head=8", "--attn=softmax"], "rotary embeddings need an even head size"),
@@ -2238,6 +2433,65 @@ def test_express_probe_at_init_and_on_a_checkpoint(tmp_path, capsys, monkeypatch
                                                                ("trained", "init")]  # the mean head: prefix mean
 
 
+def test_greedy_answers_are_counted_by_token_and_by_example(capsys):
+    """sample.py's answers on addition_2's first 3 evaluation rows, set by hand: the first all right, the second wrong
+    in its first answer token only, the third wrong in every one; the last line counts tokens and whole examples."""
+    task = data.make_task("addition_2")
+    _, y = next(task.eval_batches(task.val_split, 3))
+    truths = [row[row >= 0] for row in y]
+    wrong = iter(zip(truths, (0, 1, len(truths[2]))))
+
+    def generate(prompt, new, top_k, use_cache):
+        truth, n = next(wrong)
+        return torch.cat([prompt, torch.cat([(truth[:n] + 1) % 31, truth[n:]])[None]], 1)
+
+    sample.show_answers(types.SimpleNamespace(generate=generate), task, {"num_samples": 3, "use_cache": True}, "cpu")
+    lines = capsys.readouterr().out.splitlines()
+    right, total = len(truths[0]) + len(truths[1]) - 1, sum(map(len, truths))
+    assert [line.split()[-1] for line in lines[:3]] == ["ok", "WRONG", "WRONG"]
+    assert lines[3] == (f"greedy decoding from each prompt: {right}/{total} answer tokens right ({right / total:.1%}), "
+                        f"1/3 examples entirely right")
+
+
+def test_induction_printout_names_the_best_head(capsys, monkeypatch):
+    """sample.py --induction on scores set by hand (2 layers x 3 heads, the best at layer 1, head 1): each score to 3
+    decimals in its place, the best head, the ICL score."""
+    scores = torch.tensor([[0.1, 0.5, 0.2], [0.3, 0.9, 0.0]])
+    monkeypatch.setattr(sample, "induction_scores", lambda *args, **kw: scores)
+    monkeypatch.setattr(sample, "icl_score", lambda *args, **kw: -0.25)
+    monkeypatch.setattr(sample, "plot_induction", lambda *args: None)
+    model = types.SimpleNamespace(config=MixiTConfig(attn="softmax"))
+    sample.show_induction(model, None, {"seed": 0, "out_dir": "."}, "text", "cpu")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split() == ["layer", "0", "0.100", "0.500", "0.200"] and lines[3].split()[2:] == ["0.300", "0.900",
+                                                                                                      "0.000"]
+    assert lines[4] == "best: layer 1, head 1 (0.900)" and lines[5].startswith("in-context learning score: -0.250 nats")
+
+
+def test_express_on_a_checkpoint_sets_the_same_model_at_init_beside_it(tmp_path, capsys):
+    """--express=ckpt on a softmax checkpoint whose W_Q, W_K, W_V moved far from init (times 30: sharp attention): the
+    "trained" rows are the probe of the checkpoint's model, the "at init" rows that of a model built afresh from its
+    config and seed, on the task's first 8 evaluation rows (printed to 3 decimals)."""
+    task = data.make_task("dyck_4")
+    mconf = MixiTConfig(vocab_size=4, block_size=task.block_size, n_layer=2, n_head=2, n_embd=32, attn="softmax")
+    trained = MixiT(mconf)
+    with torch.no_grad():
+        for block in trained.blocks:
+            block.attn.qkv.weight.mul_(30.0)
+    common.save_checkpoint(str(tmp_path / "ckpt.pt"), trained, torch.optim.AdamW(trained.parameters()), mconf,
+                           {"task": "dyck_4"}, {"iter_num": 1})
+    assert run_sample(tmp_path, "--express=ckpt") == 0
+    rows = [line.replace("at init", "init").split() for line in capsys.readouterr().out.splitlines()]
+    printed = {(int(r[0]), r[1]): [float(v) for v in r[2:]] for r in rows if r[0].isdigit()}
+    idx = next(task.eval_batches(task.val_split, 8))[0]
+    for when, model in (("trained", trained), ("init", MixiT(mconf))):
+        probe = sample.layer_residuals(model, idx)  # {pattern: (n_layer,)}
+        for layer in range(2):
+            assert printed[layer, when] == pytest.approx([r[layer].item() for r in probe.values()], abs=6e-4)
+    moved = [abs(a - b) for layer in range(2) for a, b in zip(printed[layer, "trained"], printed[layer, "init"])]
+    assert max(moved) > 0.05  # the trained rows tell apart from the init rows
+
+
 def test_unshaped_mixing_is_plain_random_attention():
     model = sample.unshape(tiny_model(attn="mixing"), seed=0)
     A = torch.eye(12) + model.blocks[0].attn.mixing
@@ -2262,6 +2516,81 @@ def test_report_redoes_a_finished_comparison_from_its_runs_files(tmp_path):
     assert {name: (tmp_path / name).read_text() for name in written} == written
     assert is_png(tmp_path / "compare.png") and is_png(tmp_path / "cost.png")
     assert [r["run_dir"] for r in json.loads(written["runs.json"])] == ["addition_2-softmax", "addition_2-mixing"]
+
+
+MIXIT_PARAM = "MixiT parametrization (multipliers base 512, skip 0.707, c- -1)"
+
+
+@pytest.mark.parametrize("kw, described", [
+    (dict(attn="mixing"), MIXIT_PARAM),
+    (dict(attn="mixing", mean_head=True), f"{MIXIT_PARAM}, mixing head 1 the prefix mean"),
+    (dict(attn="softmax", mean_head=True), "standard parametrization"),  # no mixing head to hold the mean
+    (dict(attn="ms", mean_head=True), f"layers mixing softmax, {MIXIT_PARAM}, mixing head 1 the prefix mean"),
+    (dict(attn="fl", n_classes=2, causal=False), f"layers frozen_qk learned_mixing, {MIXIT_PARAM}, frozen W_Q, W_K ~ "
+                                                 f"N(0, 1/n), mean pooling, pads masked, mean centring")])
+def test_model_description_of_each_setting(kw, described):
+    """The description in the log, results.md and runs.json: only a MixiT run with mean_head on has a prefix-mean
+    head."""
+    assert report.describe_model(MixiTConfig(**{**TINY, **kw})) == f"2 layers x 32, 4 heads, {described}"
+
+
+def markdown_rows(text):
+    """The rows of the first markdown table in text, each a dict from heading to cell."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    cells = lambda line: [c.strip() for c in line.strip("|").split("|")]
+    return [dict(zip(cells(lines[0]), cells(line))) for line in lines[2:]]
+
+
+def test_report_files_and_plots_hold_each_runs_numbers(tmp_path, monkeypatch):
+    """write_report on 3 runs set by hand (softmax at seeds 0 and 1, mixing at seed 0; 8 sequences a micro-batch, 3
+    micro-batches a step, 5 steps): results.md's mean ± sample std over seeds, runs.json's step in samples (8 x 3),
+    samples seen (5 steps of 24), folder, hardware and seconds; compare.png's curves (the seeds' mean at each
+    evaluation) and chance line; cost.png's points at (FLOPs, accuracy) and (1000 x time / samples, accuracy)."""
+    base = dict(train.DEFAULTS, task="addition_2", mixing_heads="", batch_size=8, gradient_accumulation_steps=3,
+                model="2 layers")
+    runs = [dict(base, attn=attn, seed=seed, out_dir=str(tmp_path / f"run{k}"))
+            for k, (attn, seed) in enumerate([("softmax", 0), ("softmax", 1), ("mixing", 0)])]
+    evals = lambda acc, loss, k: [{"iter": 1, "train_loss": 2.0, "val_loss": 2.0, "val_acc": acc[0], "lr": 1e-3,
+                                   "tokens": 24 * 7, "flops": 1e8, "time": 0.5},
+                                  {"iter": 5, "train_loss": 1.2, "val_loss": loss, "val_acc": acc[1], "lr": 1e-3,
+                                   "val_acc_chance": 0.25, "tokens": 5 * 24 * 7, "flops": 1e9 * k, "time": 2.0 * k}]
+    histories = [evals((0.1, 0.2), 1.0, 1), evals((0.3, 0.4), 1.5, 2), evals((0.5, 0.9), 0.5, 3)]
+    for h, by_pairs in zip(histories, ([0.1, 0.3], [0.3, 0.5], [1.0, 0.8])):
+        h[0]["val_acc_chance"], h[1]["val_acc_n"] = 0.25, by_pairs  # accuracy in rows of 1 and of 2 pairs
+    figures = []
+    monkeypatch.setattr(report.plt, "close", figures.append)
+    env = types.SimpleNamespace(master=True, describe=lambda: "1 x cpu")
+    report.write_report(runs, histories, train.run_label, str(tmp_path), env, 75.0)
+    results = (tmp_path / "results.md").read_text()
+    assert "over seeds 0, 1. 3 runs in 1m15s on 1 x cpu." in results
+    softmax, mixing = markdown_rows(results)
+    assert {k: softmax[k] for k in ("variant", "seeds", "iters", "train_loss", "val_loss", "val_acc", "time")} == {
+        "variant": "softmax", "seeds": "2", "iters": "5", "train_loss": "1.2", "val_loss": "1.25 ± 0.35",
+        "val_acc": "0.3 ± 0.14", "time": "3 ± 1.4"}  # std: sqrt(((0.4 - 0.3)^2 + (0.2 - 0.3)^2) / (2 - 1))
+    assert (mixing["seeds"], mixing["val_acc"], mixing["val_acc_chance"], mixing["model"]) == ("1", "0.9", "0.25",
+                                                                                               "2 layers")
+    finals = json.loads((tmp_path / "runs.json").read_text())
+    assert [(r["variant"], r["seed"], r["run_dir"], r["val_acc"]) for r in finals] == [
+        ("softmax", 0, "run0", 0.2), ("softmax", 1, "run1", 0.4), ("mixing", 0, "run2", 0.9)]
+    assert all(r["step_samples"] == 24 and r["samples"] == 120 and r["hardware"] == "1 x cpu" and r["seconds"] == 75
+               for r in finals)
+    compare, cost = figures
+    acc = compare.axes[0]
+    curves = {line.get_label(): line.get_xydata() for line in acc.lines if line.get_label()[0] != "_"}
+    assert list(curves) == ["softmax", "mixing"] and np.allclose(curves["mixing"], [[1, 0.5], [5, 0.9]])
+    assert np.allclose(curves["softmax"], [[1, (0.1 + 0.3) / 2], [5, (0.2 + 0.4) / 2]])
+    chance = [line.get_ydata()[0] for line in acc.lines if line.get_label()[0] == "_"]
+    assert chance == [0.25, 0.25] and acc.get_xlabel() == "optimizer step"
+    assert acc.get_title() == "addition_2: accuracy (dashed: chance)"
+    by_pairs = {line.get_label(): line.get_xydata() for line in compare.axes[2].lines}  # x: pairs, from 1
+    assert np.allclose(by_pairs["softmax"], [[1, 0.2], [2, 0.4]])
+    assert np.allclose(by_pairs["mixing"], [[1, 1.0], [2, 0.8]])
+    assert compare.axes[2].get_xlabel() == "key-value pairs in the sequence"
+    points = [[c.get_offsets().tolist()[0] for c in ax.collections] for ax in cost.axes[:2]]
+    assert points[0] == [[1e9, 0.2], [2e9, 0.4], [3e9, 0.9]]
+    assert np.allclose(points[1], [[1e3 * 2 / 120, 0.2], [1e3 * 4 / 120, 0.4], [1e3 * 6 / 120, 0.9]])
+    assert [ax.get_xlabel() for ax in cost.axes[:2]] == ["training FLOPs", "training time per sample (ms)"]
+    assert [line.get_ydata()[0] for line in cost.axes[0].lines] == [0.25]  # chance
 
 
 def test_cost_plot_of_several_comparisons(tmp_path, capsys):
