@@ -51,6 +51,7 @@ class MixiTConfig:
     skip: float = math.sqrt(0.5)  # MixiT's parametrization: h = skip*h + sqrt(1 - skip^2)*f(h)
     cminus: float = -1.0  # MixiT's parametrization: the shaped activation's slope is 1 + cminus/sqrt(d)
     mix_beta: float = 1.0  # mixing: scale of the centred noise around the identity
+    sigma_min: float = 0.0  # mixing: the noise std's lowest value; 0: 1/sqrt(T d_h), the paper's (rises with heads)
     mean_head: bool = False  # mixing: head 1 is the prefix mean (row i averages positions 0..i), beside the sink head
     centring: str = "mean"  # non-causal mixing: rows centred on their mean | reference: row sum / (i+1), rows off 1
     depth_alpha: float = 0.0  # > 0: every model h = h + (base_depth/n_layer)^alpha f(h), MixiT's A without I
@@ -121,12 +122,12 @@ def gaussian_pairs(index, key):
 
 
 def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=None, rows=128,
-                  identity=True, centring="mean", mean_head=False):
+                  identity=True, centring="mean", mean_head=False, sigma_min=0.0):
     """MixiT's fixed attention less its identity, (n_head, T, T) float32: A_h - I where A_h = I + beta * (N_h -
     rowmean(N_h)), whose rows sum to 1; identity=False: A_h = beta * (N_h - rowmean(N_h)), std 1/sqrt(T) in every head.
     Head 0 is a sink; with mean_head, head 1 the prefix mean. Built where it is used, rows at a time: no host copy."""
     T, pairs = block_size, (block_size + 1) // 2
-    P, lo, hi = torch.zeros(n_head, T, T, device=device), 1 / math.sqrt(T * head_dim), 1 / math.sqrt(T)
+    P, lo, hi = torch.zeros(n_head, T, T, device=device), sigma_min or 1 / math.sqrt(T * head_dim), 1 / math.sqrt(T)
     for h in range(1, n_head):
         sigma = lo + hash32(seed_key(*seed, h, 0)) * 2.0 ** -32 * (hi - lo) if identity else hi  # uniform in [lo, hi]
         for r in range(0, T, rows):
@@ -235,7 +236,7 @@ class Attention(nn.Module):
         else:
             P = mixing_matrix(config.block_size, H, self.head_dim, config.causal, config.mix_beta, (config.seed, 1,
                               layer), device, identity=not config.depth_alpha, centring=config.centring,
-                              mean_head=config.mean_head)
+                              mean_head=config.mean_head, sigma_min=config.sigma_min)
             if self.kind == "learned_mixing":  # trained from MixiT's init, causal entries only (masked in use)
                 self.mixing = nn.Parameter(P)
             else:  # fixed: a function of the seed, rebuilt rather than saved; cast once to the compute dtype

@@ -33,6 +33,8 @@ def describe_model(m):
         parts.append("frozen W_Q, W_K ~ " + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
     if m.mean_head and any(a in MIXING for a in m.layer_attn):
         parts.append("mixing head 1 the prefix mean")
+    if m.sigma_min and any(a in MIXING for a in m.layer_attn):
+        parts.append(f"noise std from {m.sigma_min:.3g}")
     if m.depth_alpha:
         parts.append(f"residual (base depth {m.base_depth:g} / layers)^{m.depth_alpha:g}")
     if m.n_classes:

@@ -497,6 +497,17 @@ def test_mixing_matrix_properties():
     assert torch.allclose(full[1:].sum(-1), torch.ones(H - 1, T), atol=1e-6) and (full[1:].triu(1) != 0).any()
 
 
+def test_sigma_min_holds_the_noise_range_as_heads_change():
+    """The noise std's lowest value rises with heads (1/sqrt(T d_h)); sigma_min fixes it: at 1/sqrt(T) every noise
+    head takes the top std whatever its size, as head size 1 gives, and a model takes it from its config."""
+    T, top = 12, 1 / math.sqrt(12)
+    at_top = mixing_matrix(T, 8, 1, seed=(0, 1, 0))
+    assert torch.equal(mixing_matrix(T, 8, 16, seed=(0, 1, 0), sigma_min=top), at_top)
+    assert not torch.equal(mixing_matrix(T, 8, 16, seed=(0, 1, 0)), at_top)
+    model = tiny_model(attn="mixing", n_head=8, block_size=T, sigma_min=top)
+    assert torch.equal(model.blocks[0].attn.mixing, at_top) and "noise std from 0.289" in report.describe_model(model.config)
+
+
 @pytest.mark.parametrize("causal", [True, False])
 def test_the_mean_head_averages_the_prefix_and_changes_no_other_head(causal):
     """mean_head: head 1 of A is the prefix mean (row i: 1/(i+1) on positions 0..i, nothing on the future; non-causal:

@@ -60,6 +60,7 @@ cminus = -1.0  # MixiT shaped activation slope 1 + cminus/sqrt(d)
 init_std = 0.02  # the reference code's init of every trained linear weight
 qk_init = "paper"  # frozen_qk's frozen W_Q, W_K: paper N(0, 1/n_embd) | reference N(0, init_std^2)
 base_width = 0.0  # MixiT's multipliers sqrt(base_width / fan_in); 0: the reference's, 512 (1 for classifiers)
+sigma_min = 0.0  # MixiT: the noise std's lowest value, 0: 1/sqrt(T d_h), rising with heads; fixed: the heads sweep
 mean_head = False  # MixiT: head 1 is the prefix mean (a running count) beside the sink head 0; off in the paper
 base_ffn = 1.0
 depth_alpha = 0.0  # > 0: every model's residual h + (base_depth/n_layer)^alpha f(h), MixiT's A without its I
@@ -90,7 +91,7 @@ RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "flo
          **dict.fromkeys(("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "log_interval",
                           "eval_iters", "seeds", "learning_rate", "init_std", "base_ffn", "base_depth"), positive),
          **dict.fromkeys(("block_size", "warmup_iters", "lr_decay_iters", "min_lr", "weight_decay", "grad_clip",
-                          "base_width", "depth_alpha"), non_negative)}
+                          "base_width", "depth_alpha", "sigma_min"), non_negative)}
 ARCH_KEYS = [k for k in MixiTConfig.__dataclass_fields__]
 PAPER_ATTNS = ATTNS[:3]  # attn=all: the paper's three variants
 FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0, "flops": 0.0, "train_time": 0.0}  # a run's state at step 0

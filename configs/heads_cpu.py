@@ -5,6 +5,9 @@
 # Model: 2 layers, width 64, 4 heads (MixiT 1, 4, 16, 64 heads).
 # Training: 1,500 steps of 128 sequences, lr 3e-3.
 #   python train.py configs/heads_cpu.py --seeds=3
+# One head is the sink head alone. Each noise head's std is drawn in [1/sqrt(T d_h), 1/sqrt(T)], d_h = 64/H: more heads
+# raise the lower end (at 64 heads every head has 1/sqrt(T)). The same sweep with that range held at 4 heads' (T = 12):
+#   python train.py configs/heads_cpu.py --seeds=3 --attn=mixing --mixing_heads=4,16,64 --sigma_min=0.0722 --out_dir=out/heads_fixed_range
 task = "addition_3"
 out_dir = "out/heads_cpu"
 attn = "softmax,mixing"
