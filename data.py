@@ -807,20 +807,13 @@ def induction_metrics(model, task, env):
     return {"induction_score": scores.max().item(), "induction_layers": scores.max(1).values.tolist()}
 
 
-LEVELS = ("val_loss_floor", "val_acc_chance")  # what loss and accuracy read with no skill (or the least)
-
-
-def probed(model, task):
-    """Whether the task's induction probe applies: it reads attention, and a model of 0 layers has none."""
-    return task.probe and len(model.blocks)
+LEVELS = {"val_loss_floor": "loss_floor", "val_acc_chance": "chance"}  # loss and accuracy with the least skill
 
 
 def chance_metrics(model, task, env):
     """What the scores read with no skill, measured at init: loss floor, chance accuracy, the induction score."""
-    metrics = {"val_loss_floor": task.loss_floor()} if hasattr(task, "loss_floor") else {}
-    if hasattr(task, "chance"):
-        metrics["val_acc_chance"] = task.chance()
-    if probed(model, task):
+    metrics = {level: getattr(task, method)() for level, method in LEVELS.items() if hasattr(task, method)}
+    if task.probe and model.blocks:  # a model of 0 layers has no attention to probe
         metrics["induction_init"] = induction_metrics(model, task, env)["induction_score"]
     return metrics
 
@@ -839,7 +832,7 @@ def eval_metrics(model, task, batch_size, env, chance=None):
               "bits_ceiling": lambda: bits(0.0) / params()}  # the whole table held
     metrics = {"val_loss": val["loss"], "val_acc": val["acc"], **{k: chance[k] for k in LEVELS if k in chance}}
     metrics.update({name: scores[name]() for name in task.metrics})
-    if probed(model, task):
+    if task.probe and model.blocks:
         metrics.update(induction_metrics(model, task, env))
         if "induction_init" in chance:
             metrics["induction_init"] = chance["induction_init"]

@@ -17,6 +17,8 @@
 #       --eval_interval=1000 --out_dir=out/modadd_cpu_24k
 #   python train.py configs/arithmetic_cpu.py --seeds=3 --task=modadd_97 --attn=softmax,mixing --max_iters=6000 \
 #       --out_dir=out/modadd_cpu_p97
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=modadd_97 --attn=mixing --learning_rate=1e-3 \
+#       --max_iters=6000 --eval_interval=1000 --out_dir=out/modadd97
 # Dyck with N large enough that nearly every query position is trained (at N = 8 the test set holds every string of
 # up to 4 characters, so training never sees a query there; at N = 30 such rows are 3 % of the test set):
 #   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_8,dyck_16,dyck_30 --attn=softmax,mixing \

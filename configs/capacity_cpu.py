@@ -9,6 +9,10 @@
 # bits_ceiling: each variant's bits per parameter with the whole table held. MixiT at multiplier x1, and 4x longer:
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --base_width=32 --out_dir=out/capacity_cpu_x1
 #   python train.py configs/capacity_cpu.py --seeds=3 --freeze= --max_iters=6000 --out_dir=out/capacity_cpu_long
+# Frozen-MLP at 4x, and MixiT in the standard parametrization (attention apart from parametrization) at 1x and 4x:
+#   python train.py configs/capacity_cpu.py --seeds=3 --attn=softmax --freeze=mlp --max_iters=6000 --out_dir=out/capacity_frozen_mlp_6k
+#   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --parametrization=standard --out_dir=out/capacity_mixit_std
+#   python train.py configs/capacity_cpu.py --attn=mixing --freeze= --parametrization=standard --max_iters=6000 --out_dir=out/capacity_mixit_std_6k
 task = "memorize_128"
 out_dir = "out/capacity_cpu"
 attn = "all"

@@ -14,6 +14,9 @@
 # GPT-2 BPE version of this run, configs/lm_paper.py the paper's setup.
 # MixiT with head 1 the prefix mean (configs/arithmetic_cpu.py says why):
 #   python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --mean_head=True --out_dir=out/lm_cpu_mean
+# The floor, a model of 0 layers (byte embedding, norm, head: a bigram) at the same budget; every run logs the counted
+# bigram's loss as val_loss_floor:
+#   python train.py configs/lm_cpu.py --attn=softmax --n_layer=0 --seeds=3 --out_dir=out/lm_bigram
 task = "wikitext2_bytes"
 out_dir = "out/lm_cpu"
 eval_iters = 8
