@@ -6,6 +6,10 @@
 #   python prepare.py sst2 --src=PATH/sst2 --bpe_dir=PATH/gpt2_bpe   # once (train + dev)
 #   python train.py configs/sst2_cpu.py --attn=all --out_dir=out/sst2_cpu
 # val_acc is the accuracy on the whole GLUE dev split (872 sentences, 50.9% positive).
+# At Yelp's model and budget (configs/yelp_cpu.py), each attention in each parametrization and the bag of words:
+#   python train.py configs/sst2_cpu.py --seeds=3 --n_layer=2 --max_iters=200 --batch_size=32 --warmup_iters=20 --eval_interval=50 --attn=softmax,mixing --parametrization=standard --out_dir=out/sst2_std
+#   python train.py configs/sst2_cpu.py --seeds=3 --n_layer=2 --max_iters=200 --batch_size=32 --warmup_iters=20 --eval_interval=50 --attn=softmax,mixing --parametrization=mixit --out_dir=out/sst2_mixit
+#   python train.py configs/sst2_cpu.py --seeds=3 --n_layer=0 --max_iters=200 --batch_size=32 --warmup_iters=20 --eval_interval=50 --attn=softmax --out_dir=out/sst2_bow
 task = "sst2"
 n_layer = 4
 n_embd = 128

@@ -18,6 +18,11 @@
 #   python train.py configs/yelp_cpu.py --seeds=3 --attn=mixing --base_width=512 --out_dir=out/yelp_cpu_base512
 #   python train.py configs/yelp_cpu.py --seeds=3 --attn=mixing --mixing_heads=64 --out_dir=out/yelp_cpu_h64
 #   python train.py configs/yelp_cpu.py --seeds=3 --attn=softmax,mixing --max_iters=800 --out_dir=out/yelp_cpu_long
+# Attention apart from parametrization (each attention in each, MixiT's at base 1), and the bag-of-words floor (a
+# model of 0 layers: embeddings, norm, mean pooling, head):
+#   python train.py configs/yelp_cpu.py --seeds=3 --eval_interval=50 --attn=softmax,mixing --parametrization=standard --out_dir=out/yelp_std
+#   python train.py configs/yelp_cpu.py --seeds=3 --eval_interval=50 --attn=softmax,mixing --parametrization=mixit --out_dir=out/yelp_mixit
+#   python train.py configs/yelp_cpu.py --seeds=3 --eval_interval=50 --attn=softmax --n_layer=0 --out_dir=out/yelp_bow
 # MixiT with head 1 the prefix mean (configs/arithmetic_cpu.py says why):
 #   python train.py configs/yelp_cpu.py --attn=mixing --seeds=3 --mean_head=True --out_dir=out/yelp_cpu_mean
 task = "yelp_polarity"
