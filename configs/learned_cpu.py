@@ -4,6 +4,8 @@
 # Model: 2 layers, width 64, 4 heads (MixiT 4 heads: equal heads).
 # Training: 1,200 steps of 64 sequences, lr 1e-3.
 #   python train.py configs/learned_cpu.py --seeds=3
+# Fixed against learned mixing at 16 heads, where fixed mixing works (configs/heads_cpu.py):
+#   python train.py configs/learned_cpu.py --seeds=3 --attn=mixing,learned_mixing --n_head=16 --mixing_heads= --out_dir=out/learned_h16
 task = "addition_3,memorize_32,retrieval_4,mqar_3"
 out_dir = "out/learned_cpu"
 attn = "mixing,learned_mixing,softmax"
