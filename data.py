@@ -564,8 +564,7 @@ class TextTask:
         smoothing), its cross-entropy in nats per token over every consecutive pair of the evaluation split."""
         V, train, val = self.meta["vocab_size"], self.tokens("train"), self.tokens(self.val_split)
         pairs = lambda data: data[:-1].astype(np.int64) * V + data[1:]  # (a, b) as one integer
-        codes, counts = np.unique(pairs(train), return_counts=True)
-        wanted = pairs(val)
+        (codes, counts), wanted = np.unique(pairs(train), return_counts=True), pairs(val)
         at = np.minimum(np.searchsorted(codes, wanted), len(codes) - 1)
         seen = np.where(codes[at] == wanted, counts[at], 0)  # c(a, b) on the training split
         contexts = np.bincount(train[:-1], minlength=V)[val[:-1]]  # c(a)
@@ -627,11 +626,9 @@ class ClassifyTask:
         return float(np.bincount(y).max() / len(y))
 
     def loss_floor(self):
-        """What a model that reads no input earns: the training split's class shares, their cross-entropy in nats on
-        the evaluation split."""
+        """What a model that reads no input earns: the training split's class shares, their loss on the evaluation's."""
         train, val = self.split("train")[1], self.split(self.val_split)[1]
-        prior = np.bincount(train, minlength=self.n_classes) / len(train)
-        return float(-np.log(prior[val]).mean())
+        return float(-np.log(np.bincount(train, minlength=self.n_classes)[val] / len(train)).mean())
 
     def eval_batches(self, split, batch_size, rank=0, world_size=1):
         x, y = self.split(split)

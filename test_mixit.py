@@ -1241,7 +1241,7 @@ def test_the_bigram_floor_is_the_counted_bigrams_loss(tmp_path):
     assert V == 257 and len(brute) > 50
     assert task.loss_floor() == pytest.approx(sum(brute) / len(brute), rel=1e-12)
     assert run_train(tmp_path / "out", "--task=tiny", f"--data_dir={tmp_path}", "--n_layer=0", "--attn=softmax",
-                     "--block_size=8", "--max_iters=2", "--eval_interval=2", "--batch_size=4") == 0
+                     "--block_size=8", "--max_iters=2", "--eval_interval=2", "--batch_size=4", "--eval_iters=1") == 0
     final = read_metrics(tmp_path / "out")[-1]  # a model of 0 layers: no attention to probe for induction heads
     assert final["val_loss_floor"] == pytest.approx(task.loss_floor()) and "induction_score" not in final
 

@@ -15,6 +15,9 @@
 #       --out_dir=out/where_mixit_cpu
 #   python train.py configs/where_cpu.py --seeds=3 --attn=mmmm,ssss,mssm,mfmm --parametrization=standard \
 #       --out_dir=out/where_standard_cpu
+# Six more seeds of the two patterns whose spreads were too wide to call, in each parametrization:
+#   python train.py configs/where_cpu.py --task=retrieval_4 --attn=ssss,mssm --seed=3 --seeds=6 --parametrization=mixit --out_dir=out/where_more_mixit
+#   python train.py configs/where_cpu.py --task=retrieval_4 --attn=ssss,mssm --seed=3 --seeds=6 --parametrization=standard --out_dir=out/where_more_standard
 task = "retrieval_4,mqar_3,induction_6"
 out_dir = "out/where_cpu"
 attn = "mmmm,ssss,smmm,msmm,mmsm,mmms"
