@@ -112,7 +112,7 @@ def show_answers(model, task, config, dev):
         hits = (pred[scored] == yi[scored]).sum()
         right, total, exact = right + hits, total + len(scored), exact + (hits == len(scored))
     print(f"greedy decoding from each prompt: {right}/{total} answer tokens right ({right / max(total, 1):.1%}), "
-          f"{exact}/{len(x)} examples entirely right")
+          f"{exact}/{int((y >= 0).any(-1).sum())} examples entirely right")  # of the examples with an answer
 
 
 def show_samples(model, tok, config, dev):
