@@ -12,7 +12,10 @@
 # Frozen-MLP at 4x, and MixiT in the standard parametrization (attention apart from parametrization) at 1x and 4x:
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=softmax --freeze=mlp --max_iters=6000 --out_dir=out/capacity_frozen_mlp_6k
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --parametrization=standard --out_dir=out/capacity_mixit_std
-#   python train.py configs/capacity_cpu.py --attn=mixing --freeze= --parametrization=standard --max_iters=6000 --out_dir=out/capacity_mixit_std_6k
+#   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --parametrization=standard --max_iters=6000 --out_dir=out/capacity_mixit_std_6k
+# MixiT and Frozen-MLP, not at a plateau by 6,000 steps, at 16x:
+#   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --max_iters=24000 --eval_interval=6000 --out_dir=out/capacity_mixit_24k
+#   python train.py configs/capacity_cpu.py --seeds=3 --attn=softmax --freeze=mlp --max_iters=24000 --eval_interval=6000 --out_dir=out/capacity_frozen_mlp_24k
 task = "memorize_128"
 out_dir = "out/capacity_cpu"
 attn = "all"
