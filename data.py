@@ -22,6 +22,7 @@ import math
 import os
 import threading
 from abc import ABC, abstractmethod
+from functools import cache
 
 import numpy as np
 import torch
@@ -559,6 +560,7 @@ class TextTask:
     def tokens(self, split):
         return np.memmap(os.path.join(self.folder, f"{split}.bin"), dtype=np.uint16, mode="r")  # fresh per batch
 
+    @cache  # counted once per task: every run of a comparison reads it
     def loss_floor(self):
         """What a model that reads only the last token earns: a bigram counted on the training split (add-one
         smoothing), its cross-entropy in nats per token over every consecutive pair of the evaluation split."""

@@ -71,11 +71,10 @@ class MixiTConfig:
 
     def validate(self):
         """Raise ValueError naming what is valid."""
-        for name in ("vocab_size", "block_size", "n_head", "n_embd", "mix_block"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.n_layer < 0:  # 0: embeddings, norm and head alone, a bigram model or a bag-of-words classifier
-            raise ValueError(f"n_layer must be 0 or more, got {self.n_layer}")
+        least = dict.fromkeys(("vocab_size", "block_size", "n_head", "n_embd", "mix_block"), 1) | {"n_layer": 0}
+        for name, low in least.items():  # n_layer 0: embeddings, norm and head alone (a bigram, a bag of words)
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be {'positive' if low else '0 or more'}, got {getattr(self, name)}")
         if self.attn not in ATTNS and (len(self.attn) != self.n_layer or set(self.attn) - set(LETTERS)):
             raise ValueError(f"unknown attn {self.attn!r}; valid: {', '.join(ATTNS)}, or one letter per layer for "
                              f"n_layer={self.n_layer} (s softmax, f frozen_qk, m mixing, l learned_mixing)")
@@ -113,8 +112,7 @@ def seed_key(*ints):
 
 
 def gaussian_pairs(index, key):
-    """Two standard normal numbers per integer index, (..., 2): each a pure function of (index, key), hence the
-    same on every device and in every torch version (two hashed uniforms, then Box-Muller)."""
+    """Two standard normals per index (..., 2), pure functions of (index, key): alike on any device or torch."""
     u1 = (hash32(index ^ hash32(key)) + 0.5) * 2.0 ** -32  # in (0, 1)
     angle = hash32(index ^ hash32(key + 1)) * (2 * math.pi * 2.0 ** -32)
     radius = torch.sqrt(-2 * torch.log(u1))
