@@ -422,10 +422,7 @@ def main(argv):
     config.update({k: config[k] or SIZES[size][k] for k in ("steps", "repeats", "warmup", "smoke_iters")}, size=size,
                   attns=attns, compile=env.device_type == "cuda" if config["compile"] == "auto" else config["compile"])
     out = config["out_dir"]
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"out_dir={out} cannot be made ({e.strerror})") from None
+    train.check_writable(out)
     peak = peak_flops(env.device, env.dtype)
     results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "env": env.describe(), "config": config,
                "peak_tflops": peak and peak / 1e12, "shapes": SIZES[size]["shapes"]}

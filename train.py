@@ -144,12 +144,6 @@ def step_shares(accum, batch_size, env):
                       f"batch_size={batch_size}; make one of them a multiple of {env.world_size}")
 
 
-def speed(tokens, seconds, flops_per_token, peak, world_size):
-    """Tokens per second over all processes, and the MFU of one device: each process does 1/world_size of the work."""
-    tok_s = tokens / seconds
-    return tok_s, (flops_per_token * tok_s / world_size / peak if peak else None)
-
-
 def new_model(config, task, env):
     """The model at init (uncompiled: evaluated and saved) and its optimizer. The fixed random parts are checked once
     to be the same on every process; what unfreezes later waits frozen, learned mixing matrices included."""
@@ -280,8 +274,10 @@ def check_finite(first_bad, env, ckpt_path):
 
 
 def progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, peak, env):
-    """The log line of a training step: its loss, step size, time, throughput and MFU."""
-    tok_s, mfu = speed(tokens_per_iter, dt, flops_per_token, peak, env.world_size)
+    """The log line of a training step: its loss, step size, time, throughput over all processes and the MFU of one
+    device (each process does 1/world_size of the work)."""
+    tok_s = tokens_per_iter / dt
+    mfu = flops_per_token * tok_s / env.world_size / peak if peak else None
     return (f"iter {iter_num}/{config['max_iters']}: loss {loss.item():.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms/iter, "
             f"{tok_s:,.0f} tok/s" + (f" over {env.world_size} processes" if env.ddp else "")
             + f", mfu {'n/a' if mfu is None else f'{mfu * 100:.1f}%'}{' per process' if env.ddp else ''}, "

@@ -16,6 +16,10 @@
 # MixiT and Frozen-MLP, not at a plateau by 6,000 steps, at 16x:
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --max_iters=24000 --eval_interval=6000 --out_dir=out/capacity_mixit_24k
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=softmax --freeze=mlp --max_iters=24000 --eval_interval=6000 --out_dir=out/capacity_frozen_mlp_24k
+# At 64x, and MixiT in the standard parametrization (not at a plateau by 6,000 steps) at 16x:
+#   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --max_iters=96000 --eval_interval=24000 --out_dir=out/capacity_mixit_96k
+#   python train.py configs/capacity_cpu.py --seeds=3 --attn=softmax --freeze=mlp --max_iters=96000 --eval_interval=24000 --out_dir=out/capacity_frozen_mlp_96k
+#   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --parametrization=standard --max_iters=24000 --eval_interval=6000 --out_dir=out/capacity_mixit_std_24k
 task = "memorize_128"
 out_dir = "out/capacity_cpu"
 attn = "all"
