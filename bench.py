@@ -27,8 +27,8 @@ from torch.nn import functional as F
 from torch.utils import benchmark
 
 import train
-from common import (ConfigError, OneOf, TrainingError, cli, configure, defaults_of, non_negative, peak_flops, positive,
-                    save_checkpoint, setup, teardown, write_atomic)
+from common import (ConfigError, OneOf, TrainingError, check_writable, cli, configure, defaults_of, non_negative,
+                    peak_flops, positive, save_checkpoint, setup, teardown, write_atomic)
 from mixit import ATTNS, MixiT, MixiTConfig, causal_mix, mixing_matrix
 from report import plot_sweep, read_json, table
 
@@ -422,7 +422,7 @@ def main(argv):
     config.update({k: config[k] or SIZES[size][k] for k in ("steps", "repeats", "warmup", "smoke_iters")}, size=size,
                   attns=attns, compile=env.device_type == "cuda" if config["compile"] == "auto" else config["compile"])
     out = config["out_dir"]
-    train.check_writable(out)
+    check_writable(out)
     peak = peak_flops(env.device, env.dtype)
     results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "env": env.describe(), "config": config,
                "peak_tflops": peak and peak / 1e12, "shapes": SIZES[size]["shapes"]}

@@ -10,6 +10,7 @@ import hashlib
 import os
 import signal
 import sys
+import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -374,6 +375,15 @@ def write_atomic(path, write):
         f.flush()
         os.fsync(f.fileno())
     os.replace(path + ".tmp", path)
+
+
+def check_writable(out_dir):
+    """Make out_dir and write a file there, or end in one line naming it."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        tempfile.TemporaryFile(dir=out_dir).close()
+    except OSError as e:
+        raise ConfigError(f"out_dir={out_dir} is not writable ({e.strerror}); choose another --out_dir") from None
 
 
 def save_checkpoint(path, model, optimizer, mconf, config, state):

@@ -112,7 +112,7 @@ def seed_key(*ints):
 
 
 def gaussian_pairs(index, key):
-    """Two standard normals per index (..., 2), pure functions of (index, key): alike on any device or torch."""
+    """Two standard normals per index (..., 2) by Box-Muller on hashed uniforms: alike on any device or torch."""
     u1 = (hash32(index ^ hash32(key)) + 0.5) * 2.0 ** -32  # in (0, 1)
     angle = hash32(index ^ hash32(key + 1)) * (2 * math.pi * 2.0 ** -32)
     radius = torch.sqrt(-2 * torch.log(u1))

@@ -16,15 +16,14 @@ import math
 import os
 import signal
 import sys
-import tempfile
 import time
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, check_fingerprint, cli, configure,
-                    defaults_of, fingerprint, format_time, load_checkpoint, non_negative, peak_flops, positive,
-                    save_checkpoint, setup, teardown, unit_interval, write_atomic)
+from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, check_fingerprint, check_writable, cli,
+                    configure, defaults_of, fingerprint, format_time, load_checkpoint, non_negative, peak_flops,
+                    positive, save_checkpoint, setup, teardown, unit_interval, write_atomic)
 from data import chance_metrics, eval_metrics, make_task
 from mixit import ATTNS, FREEZES, LETTERS, MixiT, MixiTConfig, param_groups
 from report import describe_model, write_report
@@ -439,14 +438,6 @@ def build_tasks(runs):
         raise ConfigError(f"--init_from=resume: no checkpoint at {ckpts[0] if len(ckpts) == 1 else ' or '.join(ckpts[:2])}"
                           + (f" (or {len(ckpts) - 2} more)" if len(ckpts) > 2 else ""))
     return tasks
-
-
-def check_writable(out_dir):
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        tempfile.TemporaryFile(dir=out_dir).close()
-    except OSError as e:
-        raise ConfigError(f"out_dir={out_dir} is not writable ({e.strerror}); choose another --out_dir") from None
 
 
 def main(argv):
