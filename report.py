@@ -15,7 +15,7 @@ import numpy as np
 matplotlib.use("Agg")  # drawing to files: no display needed
 import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
 
-from common import ConfigError, cli, configure, format_time, write_atomic
+from common import ConfigError, check_writable, cli, configure, format_time, write_atomic
 from mixit import ATTNS, LETTERS, MIXING
 
 DEFAULTS = {"out_dir": ""}  # where the files go; '': the folders' common parent (the folder itself, given one)
@@ -340,7 +340,7 @@ def main(argv):
         raise ConfigError("name the folders of finished train.py comparisons: python report.py DIR [DIR ...]")
     out = config["out_dir"] or os.path.relpath(os.path.commonpath([os.path.abspath(f) for f in folders]))
     runs = [read_json(os.path.join(folder, "runs.json")) for folder in folders]
-    os.makedirs(out, exist_ok=True)
+    check_writable(out)
     if len(folders) > 1:
         plot_cost([r for rs in runs for r in rs], os.path.join(out, "cost.png"))
         print(f"wrote {os.path.join(out, 'cost.png')}: {sum(map(len, runs))} runs")

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from common import ConfigError, OneOf, cli, configure, defaults_of, load_model, non_negative, pick_device, positive
+from common import (ConfigError, OneOf, check_writable, cli, configure, defaults_of, load_model, non_negative, pick_device,
+                    positive)
 from data import (CORPUS_TASKS, TASKS, Tokenizer, encode_examples, icl_score, in_eval, induction_scores, make_task,
                   named_patterns, pattern_residuals, read_meta, recall_scores, repeated_tokens)
 from mixit import MixiT, MixiTConfig
@@ -233,7 +234,6 @@ def show_propagation(config):
     print("layer " + "".join(f"{l:>16}" for l in layers) + "   (token covariance; similarity)")
     for name, (mean, _) in stats.items():
         print(f"{name}: " + "; ".join(f"{mean[l, 0]:.4f} {mean[l, 1]:.3f}" for l in layers))
-    os.makedirs(config["out_dir"], exist_ok=True)
     path = os.path.join(config["out_dir"], "propagation.png")
     plot_propagation(stats, width, path)
     print(f"wrote {path}")
@@ -278,7 +278,6 @@ def express_at_init(config):
     """The probe at init, printed and plotted (out_dir/express.png)."""
     rows = residuals_at_init(config["seed"])
     print_residuals(rows, ["T", "heads", "variant"])
-    os.makedirs(config["out_dir"], exist_ok=True)
     path = os.path.join(config["out_dir"], "express.png")
     plot_express(rows, path)
     print(f"wrote {path}")
@@ -299,6 +298,8 @@ def show_express(model, task, config, dev):
 
 def main(argv):
     config = configure(DEFAULTS, bare_flags(argv), RULES, files=False)
+    if config["propagation"] or config["express"] == "init":  # these write into out_dir without a checkpoint there
+        check_writable(config["out_dir"])
     try:
         with torch.no_grad():
             if config["propagation"]:

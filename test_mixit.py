@@ -1992,10 +1992,14 @@ def test_cli_exits_2_without_traceback():
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
 
-def test_out_dir_not_writable(tmp_path, capsys):
+@pytest.mark.parametrize("script, args", [(train, ["--task=addition_2", "--max_iters=1", *FAST]),
+                                          (bench, ["--device=cpu", "--parts=build"]),
+                                          (sample, ["--propagation=2"]), (sample, ["--express=init"])])
+def test_out_dir_not_writable(tmp_path, capsys, script, args):
+    """Every script that writes into out_dir ends in one line when it cannot, before any work."""
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    assert common.cli(train.main, ["--task=addition_2", "--max_iters=1", f"--out_dir={blocker / 'out'}", *FAST]) == 2
+    assert common.cli(script.main, [*args, f"--out_dir={blocker / 'out'}"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not writable" in err and blocker.read_text() == "not a folder"
 
@@ -2611,6 +2615,8 @@ def test_cost_plot_of_several_comparisons(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nowhere/runs.json (No such file or directory); a finished train.py" in err
     assert not (tmp_path / "new").exists()
+    assert cli(report.main, [str(tmp_path / "where"), f"--out_dir={tmp_path / 'where' / 'runs.json'}"]) == 2
+    assert "is not writable" in capsys.readouterr().err
     assert cli(report.main, [str(tmp_path / "where")]) == 2  # one folder: its runs' files, which these runs lack
     assert "names no run folders" in capsys.readouterr().err
 
