@@ -326,11 +326,10 @@ def report(results, env):
         out += ["## Calibration\n", table([c], {"device": "device", "dtype": "dtype", "matmul": "matmul", "measured "
                 "TFLOP/s": "measured_tflops", "peak TFLOP/s": "peak_tflops", "measured / peak": "measured_over_peak"})]
     if "build" in results:
-        out += ["## MixiT at long context\n\nBuilding the model (its fixed matrices one layer at a time, where they "
-                "are used) on each device; meta stands in for a GPU: what the build leaves on the host. Host peak over "
-                "model: the build's peak host memory beyond the finished model's own tensors where they live on the "
-                "host, in units of one layer's matrices plus the parameters. Checkpoints hold the parameters and "
-                "AdamW's state, not the matrices.\n",
+        out += ["## MixiT at long context\n\nThe build (fixed matrices made one layer at a time, where they are used) "
+                "on each device, meta standing in for a GPU. Host peak over model: the build's peak host memory beyond "
+                "the finished model on the host, in one layer's matrices plus the parameters. Checkpoints hold the "
+                "parameters and AdamW's state, not the matrices.\n",
                 table(results["build"], {"device": "device", "layers": "layers", "width": "width", "heads": "heads",
                       "T": "T", "build s": "build_s", "matrices MiB": "matrices_mib", "one layer MiB": "layer_mib",
                       "params MiB": "params_mib", "host peak MiB": "host_peak_mib", "host peak over model":
