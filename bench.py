@@ -256,8 +256,9 @@ def mixing_op(env, config):
         fns = {name: torch.compile(fn) if config["compile"] else fn for name, fn in fns.items()}
         times = {name: [] for name in OPS}
         for _ in range(config["repeats"]):  # each a median of back-to-back calls over 0.2 s (torch.utils.benchmark)
-            for name in OPS:
-                timer = benchmark.Timer("fn().backward(grad)", globals={"fn": fns[name], "grad": grad})
+            for name in OPS:  # on the threads a training step uses (the timer's default is one)
+                timer = benchmark.Timer("fn().backward(grad)", globals={"fn": fns[name], "grad": grad},
+                                        num_threads=torch.get_num_threads())
                 times[name].append(timer.blocked_autorange(min_run_time=0.2).median)
         row = {"T": T, "batch": B, "heads": H, "head_size": hd, "block": config["mix_block"]}
         for name in OPS:

@@ -2682,15 +2682,18 @@ def test_cpu_run_writes_every_table(tmp_path, capsys):
     assert "## Context sweep" in capsys.readouterr().out  # the tables are printed too
 
 
-def test_op_part_times_blocks_against_dense_and_softmax(tmp_path, monkeypatch):
+def test_op_part_times_blocks_against_dense_and_softmax(tmp_path, monkeypatch, request):
     """The attention op alone at each T (block 4 here: T = 3, 8, 10 below, at twice and not at a multiple of it) and a
     training step in blocks against the dense one: models of mix_block 10 (T) and 4."""
     monkeypatch.setitem(bench.SIZES["tiny"], "op", dict(batch=1, heads=2, head_size=4, Ts=(3, 8, 10)))
     monkeypatch.setitem(bench.SIZES["tiny"], "step", dict(n_layer=1, n_embd=16, n_head=2, block_size=10, batch_size=2,
                                                          accum=1, vocab_size=32))
-    built, products = [], set()  # the models' mix_block; the op's products' blocks of rows
+    built, products, threads = [], set(), set()  # the models' mix_block; the op's blocks of rows and threads
     monkeypatch.setattr(bench, "MixiT", lambda config, *a: built.append(config.mix_block) or MixiT(config, *a))
-    monkeypatch.setattr(bench, "causal_mix", lambda P, v, block: products.add(block) or causal_mix(P, v, block))
+    monkeypatch.setattr(bench, "causal_mix", lambda P, v, block: products.add(block) or
+                        threads.add(torch.get_num_threads()) or causal_mix(P, v, block))
+    torch.set_num_threads(2)  # the op is timed on the threads a training step uses, not torch.utils.benchmark's one
+    request.addfinalizer(lambda: torch.set_num_threads(1))
     monkeypatch.setattr(bench.benchmark.Timer, "blocked_autorange", lambda self, min_run_time: types.SimpleNamespace(
         median=self.timeit(2).median))  # two calls are enough to check the plumbing
     out = tmp_path / "b"
@@ -2699,6 +2702,7 @@ def test_op_part_times_blocks_against_dense_and_softmax(tmp_path, monkeypatch):
     results = json.loads((out / "bench.json").read_text())
     assert [r["T"] for r in results["op"]] == [3, 8, 10] and all(r["block"] == 4 for r in results["op"])
     assert built == [10, 4, 10, 4] and products == {4, 3, 8, 10}  # the step: dense, then blocks; the op: 4 and T
+    assert threads == {2}
     for row in results["op"]:
         assert all(row[name]["ms"] > 0 and len(row[name]["ms_all"]) == 2 for name in bench.OPS)
         assert row["block_speedup"] == pytest.approx(row["mixing dense"]["ms"] / row["mixing"]["ms"])
