@@ -20,6 +20,9 @@
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --max_iters=96000 --eval_interval=24000 --out_dir=out/capacity_mixit_96k
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=softmax --freeze=mlp --max_iters=96000 --eval_interval=24000 --out_dir=out/capacity_frozen_mlp_96k
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --parametrization=standard --max_iters=24000 --eval_interval=6000 --out_dir=out/capacity_mixit_std_24k
+# At 256x (MixiT and Frozen-MLP, not at a plateau by 64x; about 1.9 and 2.9 hours a seed on a 2-core CPU):
+#   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --max_iters=384000 --eval_interval=24000 --log_interval=6000 --out_dir=out/capacity_mixit_384k
+#   python train.py configs/capacity_cpu.py --seeds=3 --attn=softmax --freeze=mlp --max_iters=384000 --eval_interval=24000 --log_interval=6000 --out_dir=out/capacity_frozen_mlp_384k
 task = "memorize_128"
 out_dir = "out/capacity_cpu"
 attn = "all"
