@@ -226,6 +226,7 @@ def propagation_curves(depth, width, seed):
 
 def show_propagation(config):
     """Token covariance and similarity against depth, mean ± sample std over seeds 0-2: printed, propagation.png."""
+    check_writable(config["out_dir"])  # before the work: out_dir holds no checkpoint that proved it
     depth, width = config["propagation"], config["propagation_width"]
     runs = [propagation_curves(depth, width, s) for s in range(3)]
     values = {name: np.stack([r[name] for r in runs]) for name in NETWORKS}  # (seeds, depth+1, 2)
@@ -276,6 +277,7 @@ def residuals_at_init(seed):
 
 def express_at_init(config):
     """The probe at init, printed and plotted (out_dir/express.png)."""
+    check_writable(config["out_dir"])
     rows = residuals_at_init(config["seed"])
     print_residuals(rows, ["T", "heads", "variant"])
     path = os.path.join(config["out_dir"], "express.png")
@@ -298,8 +300,6 @@ def show_express(model, task, config, dev):
 
 def main(argv):
     config = configure(DEFAULTS, bare_flags(argv), RULES, files=False)
-    if config["propagation"] or config["express"] == "init":  # these write into out_dir without a checkpoint there
-        check_writable(config["out_dir"])
     try:
         with torch.no_grad():
             if config["propagation"]:
