@@ -27,8 +27,8 @@ from torch.nn import functional as F
 from torch.utils import benchmark
 
 import train
-from common import (ConfigError, OneOf, TrainingError, check_writable, cli, configure, defaults_of, non_negative,
-                    peak_flops, positive, save_checkpoint, setup, teardown, write_atomic)
+from common import (ConfigError, OneOf, TrainingError, check_writable, cli, configure, defaults_of, measure_matmul,
+                    non_negative, peak_flops, positive, save_checkpoint, setup, synchronize, teardown, write_atomic)
 from mixit import ATTNS, MixiT, MixiTConfig, causal_mix, mixing_matrix
 from report import plot_sweep, read_json, table
 
@@ -82,11 +82,6 @@ SMOKE = {"variant": "attn", "task": "task", "iters": "iters", "train loss": "tra
          "val acc": "val_acc", "val exact": "val_exact", "wall s": "wall_s", "status": "status"}
 
 
-def sync(env):
-    if env.device_type == "cuda":
-        torch.cuda.synchronize(env.device)
-
-
 def peak_memory(env, reset=False):
     """Bytes: the CUDA allocator's peak, or the process's peak resident set (host_memory)."""
     if env.device_type == "cuda":
@@ -114,11 +109,11 @@ def build_costs(env, config, out):
     rows = []
     for device in dict.fromkeys((env.device, torch.device("meta"))):
         gc.collect()
-        sync(env)
+        synchronize(env.device)
         before, _ = host_memory("VmRSS"), host_memory(reset=True)
         t0 = time.perf_counter()
         model = MixiT(cfg("mixing"), device, env.dtype)
-        sync(env)
+        synchronize(env.device)
         build_s, peak = time.perf_counter() - t0, host_memory() - before
         params = sum(p.numel() * p.element_size() for p in model.parameters())
         matrices = sum(b.attn.mixing.numel() * b.attn.mixing.element_size() for b in model.blocks)
@@ -143,23 +138,13 @@ def build_costs(env, config, out):
 
 
 def calibrate(env, peak):
-    """A large matmul's rate measured now, beside the peak MFU is counted against (on a CPU, the same)."""
-    info = {"device": env.describe(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "dtype": str(env.dtype).removeprefix("torch."), "matmul": "1024^3", "peak_tflops": peak and peak / 1e12,
-            "measured_tflops": peak and peak / 1e12}
-    if env.device_type == "cuda":
-        n, iters = 8192, 20
-        a, b = (torch.randn(n, n, device=env.device, dtype=env.dtype) for _ in range(2))
-        for _ in range(3):  # warm-up
-            a @ b
-        sync(env)
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            a @ b
-        sync(env)
-        info.update(matmul=f"{n}^3", measured_tflops=2 * n ** 3 * iters / (time.perf_counter() - t0) / 1e12)
-    info["measured_over_peak"] = peak and info["measured_tflops"] / info["peak_tflops"]
-    return info
+    """A large matmul's rate measured now, beside the peak MFU is counted against (on a CPU, the same measurement)."""
+    cuda = env.device_type == "cuda"
+    measured = measure_matmul(env.device, env.dtype, 8192) if cuda else peak  # a CPU's peak is measured (1024^3)
+    return {"device": env.describe(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "dtype": str(env.dtype).removeprefix("torch."), "matmul": "8192^3" if cuda else "1024^3",
+            "peak_tflops": peak and peak / 1e12, "measured_tflops": measured and measured / 1e12,
+            "measured_over_peak": peak and measured / peak}
 
 
 def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_steps=0, profile_to=None):
@@ -171,7 +156,7 @@ def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_ste
     t0 = time.perf_counter()
     model = MixiT(MixiTConfig(**{k: v for k, v in shape.items() if k not in ("batch_size", "accum")}, attn=attn),
                   env.device, env.dtype)
-    sync(env)
+    synchronize(env.device)
     build_s = time.perf_counter() - t0
     optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), env.device_type)  # fused AdamW
     net = torch.compile(model, dynamic=False) if compile else model
@@ -191,12 +176,12 @@ def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_ste
 
     times = []
     for r in range(1 + repeats):  # 0: the warm-up steps, compilation included
-        sync(env)
+        synchronize(env.device)
         t0 = time.perf_counter()
         for _ in range(steps if r else warmup):
             loss = step()
         last = loss.item()  # the one read-back of a repeat
-        sync(env)
+        synchronize(env.device)
         times.append((time.perf_counter() - t0) / (steps if r else 1))
     warmup_s, times = times[0], times[1:]
     tokens, med = B * A * T, statistics.median(times)
@@ -217,7 +202,7 @@ def profile(env, step, n, path, title):
     with torch.profiler.profile(activities=activities) as prof:
         for _ in range(n):
             step()
-        sync(env)
+        synchronize(env.device)
     key, events = "self_device_time_total" if cuda else "self_cpu_time_total", prof.key_averages()
     time_of = lambda e: getattr(e, key)
     total = sum(map(time_of, events)) or 1

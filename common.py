@@ -120,16 +120,17 @@ def check(key, value, defaults, rules, source):
 
 
 def configure(defaults, argv, rules=None, files=True):
-    """The options: defaults, then config files (Python, run as code as in nanoGPT: use files you trust) and
-    --key=value overrides, in the order given. Unknown keys, wrong types and broken rules are ConfigErrors."""
+    """The options: defaults, then config files (Python, run as code as in nanoGPT: use files you trust) and --key=value
+    overrides (a bare --flag turns a bool on), in order. Unknown keys, wrong types, broken rules: ConfigErrors."""
     rules, config = rules or {}, dict(defaults)
     for arg in argv:
         if arg.startswith("--"):
             key, eq, text = arg[2:].partition("=")
             if key not in defaults:
                 raise ConfigError(f"unknown option --{key}; valid: {', '.join('--' + k for k in sorted(defaults))}")
-            if not eq:
+            if not eq and not isinstance(defaults[key], bool):
                 raise ConfigError(f"--{key} needs a value: --{key}=...")
+            text = text if eq else "True"
             config[key] = check(key, parse_literal(key, text, defaults[key], rules.get(key)), defaults, rules, f"--{key}")
         elif files and os.path.isfile(arg):
             namespace = {}
@@ -287,21 +288,30 @@ GPU_PEAK_TFLOPS = [
 ]
 
 
-@functools.cache  # once per process and dtype
-def measure_cpu_peak(dtype, seconds=1.0, n=1024):
-    """A CPU's matmul rate through the linear layers' kernel: the best mean over groups of n^3 products of ~0.1 s."""
-    a, b, out = torch.randn(3, n, n).to(dtype).unbind()
-    matmul = lambda: torch.ops.aten.linear.out(a, b, None, out=out)
-    matmul()
-    t0 = time.perf_counter()
-    matmul()
-    calls = max(1, round(0.1 / (time.perf_counter() - t0)))
-    best, start = float("inf"), time.perf_counter()
-    while best == float("inf") or time.perf_counter() - start < seconds:
+def synchronize(device):
+    """Wait for the work queued on a GPU (a CPU's is done when a call returns)."""
+    if device.type in ("cuda", "mps"):
+        getattr(torch, device.type).synchronize()
+
+
+@functools.cache  # once per process, device and dtype
+def measure_matmul(device, dtype, n=1024, seconds=1.0):
+    """A matmul's rate through the linear layers' kernel: the best mean over groups of n^3 products of ~0.1 s."""
+    a, b, out = torch.randn(3, n, n, device=device).to(dtype).unbind()
+
+    def mean_time(calls):
+        synchronize(device)
         t0 = time.perf_counter()
         for _ in range(calls):
-            matmul()
-        best = min(best, (time.perf_counter() - t0) / calls)
+            torch.ops.aten.linear.out(a, b, None, out=out)
+        synchronize(device)
+        return (time.perf_counter() - t0) / calls
+
+    mean_time(1)  # warm-up
+    calls, start = max(1, round(0.1 / mean_time(1))), time.perf_counter()
+    best = mean_time(calls)
+    while time.perf_counter() - start < seconds:
+        best = min(best, mean_time(calls))
     return 2 * n ** 3 / best
 
 
@@ -314,7 +324,7 @@ def peak_flops(device, dtype=torch.float32):
             if key in name:
                 return 1e12 * (tf32 if dtype == torch.float32 else low)
         return None
-    return measure_cpu_peak(dtype) if device.type == "cpu" else None
+    return measure_matmul(device, dtype) if device.type == "cpu" else None
 
 
 # ----------------------------------------------------------------------------- checkpoints

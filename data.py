@@ -727,23 +727,18 @@ def pattern_residuals(maps, patterns):
     return {name: share[..., k] for k, name in enumerate(patterns)}
 
 
-def _probe_tokens(model, n_seqs, seg_len, seed, device):
-    """repeated_tokens for the model, on device (None: the model's)."""
-    return repeated_tokens(model.config, n_seqs, seg_len, seed, device or next(model.parameters()).device)
-
-
-def induction_scores(model, n_seqs=64, seg_len=None, seed=0, device=None):
+def induction_scores(model, n_seqs=64, seg_len=None, seed=0):
     """(n_layer, n_head) prefix-matching score of every head on repeated random segments."""
-    idx = _probe_tokens(model, n_seqs, seg_len, seed, device)  # (n, 2s)
+    idx = repeated_tokens(model.config, n_seqs, seg_len, seed, model.wte.weight.device)  # (n, 2s), where the model is
     maps = in_eval(model, model.attention_maps, idx)  # (L, n, H, 2s, 2s)
     return prefix_matching_score(maps, idx.size(1) // 2).mean(1).cpu()  # (L, H)
 
 
-def icl_score(model, n_seqs=64, seg_len=None, seed=0, device=None):
+def icl_score(model, n_seqs=64, seg_len=None, seed=0):
     """In-context learning: mean loss on the repeat minus on the first copy (negative: the context helps; nan: s=1)."""
     if model.config.n_classes:
         raise ValueError("icl_score needs a language model, not a classifier")
-    idx = _probe_tokens(model, n_seqs, seg_len, seed, device)  # (n, 2s)
+    idx = repeated_tokens(model.config, n_seqs, seg_len, seed, model.wte.weight.device)  # (n, 2s), where the model is
     s = idx.size(1) // 2
     logits, _ = in_eval(model, model, idx)  # (n, 2s, V)
     loss = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), idx[:, 1:], reduction="none")  # (n, 2s-1)
@@ -801,8 +796,7 @@ def evaluate(model, task, split, batch_size, env):
 
 def induction_metrics(model, task, env):
     """Has an induction head formed, and where? The best head's score (or recall score), overall and per layer."""
-    scores = induction_scores(model, seed=TEST_SEED, device=env.device) if task.probe == "induction" else \
-        recall_scores(model, task)  # (L, H)
+    scores = induction_scores(model, seed=TEST_SEED) if task.probe == "induction" else recall_scores(model, task)  # (L, H)
     return {"induction_score": scores.max().item(), "induction_layers": scores.max(1).values.tolist()}
 
 

@@ -93,9 +93,9 @@ def write_files(runs, histories, out_dir):
              f"in {format_time(finals[0]['seconds'])} on {finals[0]['hardware']}.\n\n"
     write_atomic(os.path.join(out_dir, "results.md"), lambda f: f.write((header + text).encode()))
     write_atomic(os.path.join(out_dir, "runs.json"), lambda f: f.write(json.dumps(finals, indent=1).encode()))
+    print(f"wrote {os.path.join(out_dir, 'results.md')} and runs.json")
     plot_comparison(finals, histories, os.path.join(out_dir, "compare.png"))
     plot_cost(finals, os.path.join(out_dir, "cost.png"))
-    print(f"wrote {', '.join(os.path.join(out_dir, f) for f in ('results.md', 'compare.png', 'cost.png'))}")
 
 
 # ----------------------------------------------------------------------------- plots
@@ -123,9 +123,10 @@ HEADLINES = {"val_acc": "final accuracy", "val_loss": "validation loss (nats per
 
 
 def save(fig, path):
-    """fig as a png at path, then closed."""
+    """fig as a png at path, then closed; says so."""
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    print(f"wrote {path}")
 
 
 def variant_colors(runs):
@@ -342,8 +343,8 @@ def main(argv):
     runs = [read_json(os.path.join(folder, "runs.json")) for folder in folders]
     check_writable(out)
     if len(folders) > 1:
+        print(f"{sum(map(len, runs))} runs of {len(folders)} comparisons")
         plot_cost([r for rs in runs for r in rs], os.path.join(out, "cost.png"))
-        print(f"wrote {os.path.join(out, 'cost.png')}: {sum(map(len, runs))} runs")
     elif "run_dir" not in runs[0][0]:
         raise ConfigError(f"{folders[0]}/runs.json names no run folders (an older train.py wrote it); run its "
                           f"train.py command again with --init_from=resume")

@@ -49,11 +49,6 @@ RULES = {"num_samples": positive, "temperature": positive, "max_new_tokens": non
          "propagation": non_negative, "propagation_width": positive, "express": OneOf(("", "init", "ckpt"))}
 
 
-def bare_flags(argv):
-    """A bare --flag of a bool option is --flag=True."""
-    return [f"{a}=True" if a.startswith("--") and isinstance(DEFAULTS.get(a[2:]), bool) else a for a in argv]
-
-
 # ----------------------------------------------------------------------------- what sample.py shows
 
 def show_attention_maps(model, task, config, name, dev):
@@ -65,11 +60,9 @@ def show_attention_maps(model, task, config, name, dev):
         idx = repeated_tokens(model.config, 1, seed=config["seed"])
         what, words = "a random segment and its repeat", [str(int(t)) for t in idx[0]]
     maps = model.attention_maps(idx.to(dev))[:, 0].float().cpu().numpy()  # (L, H, t, t)
-    path = os.path.join(config["out_dir"], "attn_maps.png")
     kind = "fixed mixing matrices" if model.config.attn == "mixing" else "attention"  # a hybrid: per layer
-    plot_attention_maps(maps, words if len(words) <= 40 else None, path,
+    plot_attention_maps(maps, words if len(words) <= 40 else None, os.path.join(config["out_dir"], "attn_maps.png"),
                         f"{name} ({model.config.attn}): {kind} on {what}")
-    print(f"wrote {path}")
 
 
 def show_induction(model, task, config, name, dev):
@@ -77,7 +70,7 @@ def show_induction(model, task, config, name, dev):
     if task is not None and task.probe == "recall":
         scores, what = recall_scores(model, task), "weight from each query to the value after its key"
     else:
-        scores, what = induction_scores(model, seed=config["seed"], device=dev), \
+        scores, what = induction_scores(model, seed=config["seed"]), \
             "weight from each repeated token to the one after its first copy"
     L, H = scores.shape
     print(f"induction score per head ({what}; 1 = ideal):")
@@ -88,12 +81,10 @@ def show_induction(model, task, config, name, dev):
     print(f"best: layer {best // H}, head {best % H} ({scores.flatten()[best]:.3f})")
     title = f"{name} ({model.config.attn}): induction scores"
     if not model.config.n_classes:
-        icl = icl_score(model, seed=config["seed"], device=dev)
+        icl = icl_score(model, seed=config["seed"])
         print(f"in-context learning score: {icl:+.3f} nats (loss on the repeat minus on the first copy)")
         title += f", ICL {icl:+.2f} nats"
-    path = os.path.join(config["out_dir"], "induction.png")
-    plot_induction(scores.numpy(), path, title)
-    print(f"wrote {path}")
+    plot_induction(scores.numpy(), os.path.join(config["out_dir"], "induction.png"), title)
 
 
 def show_answers(model, task, config, dev):
@@ -235,9 +226,7 @@ def show_propagation(config):
     print("layer " + "".join(f"{l:>16}" for l in layers) + "   (token covariance; similarity)")
     for name, (mean, _) in stats.items():
         print(f"{name}: " + "; ".join(f"{mean[l, 0]:.4f} {mean[l, 1]:.3f}" for l in layers))
-    path = os.path.join(config["out_dir"], "propagation.png")
-    plot_propagation(stats, width, path)
-    print(f"wrote {path}")
+    plot_propagation(stats, width, os.path.join(config["out_dir"], "propagation.png"))
 
 
 # ----------------------------------------------------------------------------- what attention can express
@@ -280,16 +269,13 @@ def express_at_init(config):
     check_writable(config["out_dir"])
     rows = residuals_at_init(config["seed"])
     print_residuals(rows, ["T", "heads", "variant"])
-    path = os.path.join(config["out_dir"], "express.png")
-    plot_express(rows, path)
-    print(f"wrote {path}")
+    plot_express(rows, os.path.join(config["out_dir"], "express.png"))
 
 
 def show_express(model, task, config, dev):
     """The probe on each layer of a checkpoint and of the same model at init, on the task's first evaluation rows (a
     corpus: repeated random segments)."""
-    idx = next(task.eval_batches(task.val_split, 8))[0] if task else repeated_tokens(model.config, 8,
-                                                                                     seed=config["seed"])
+    idx = next(task.eval_batches(task.val_split, 8))[0] if task else repeated_tokens(model.config, 8, seed=config["seed"])
     rows = []
     for when, m in (("trained", model), ("at init", MixiT(model.config, dev))):
         residuals = layer_residuals(m, idx.to(dev))
@@ -299,7 +285,7 @@ def show_express(model, task, config, dev):
 
 
 def main(argv):
-    config = configure(DEFAULTS, bare_flags(argv), RULES, files=False)
+    config = configure(DEFAULTS, argv, RULES, files=False)
     try:
         with torch.no_grad():
             if config["propagation"]:

@@ -227,13 +227,26 @@ def test_bad_cuda_choices_name_what_is_valid(fake_cuda, monkeypatch):
     assert common.setup("cuda", "auto").dtype == torch.float32  # auto falls back where bf16 is missing
 
 
+def test_matmul_rate_waits_for_the_device_around_every_timed_group(monkeypatch):
+    """A GPU runs matmuls asynchronously: each timed group must start and end with a synchronize, and the rate is
+    2 n^3 over the best group's mean time (a stand-in matmul takes 2 ms)."""
+    events = []
+    monkeypatch.setattr(common, "synchronize", lambda device: events.append("sync"))
+    monkeypatch.setattr(torch.ops.aten.linear, "out", lambda *a, **k: (events.append("mm"), time.sleep(0.002)))
+    rate = common.measure_matmul.__wrapped__(torch.device("cpu"), torch.float32, n=64, seconds=0.3)
+    assert 0.5 * 2 * 64 ** 3 / 0.002 < rate <= 2 * 64 ** 3 / 0.002  # a sleep is never shorter than asked
+    groups = "".join("|" if e == "sync" else "m" for e in events).split("|")
+    assert events[0] == events[-1] == "sync" and all(groups[1::2]) and not any(groups[::2])  # sync, mm.., sync
+
+
 def test_peak_flops_from_the_datasheet_or_measured(fake_cuda):
     assert common.peak_flops("cuda:0", torch.bfloat16) == 989e12 and common.peak_flops("cuda:0") == 494e12
     assert 1e9 < common.peak_flops("cpu") < 1e14  # measured
     assert common.peak_flops("mps") is None
 
 
-@pytest.mark.parametrize("argv,expected", [(["--n_embd=64"], 64), (["--compile=True"], True), (["--attn=mixing"], "mixing")])
+@pytest.mark.parametrize("argv,expected", [(["--n_embd=64"], 64), (["--compile=True"], True), (["--attn=mixing"], "mixing"),
+                                           (["--mean_head"], True)])  # a bare --flag turns a bool option on
 def test_configurator_types(argv, expected):
     config = common.configure(train.DEFAULTS, argv, train.RULES)
     assert config[argv[0][2:].partition("=")[0]] == expected
@@ -2228,7 +2241,7 @@ def test_documented_commands_plan_what_they_say(doc):
     assert plans
     for script, args in doc_commands(text):
         if script == "sample":
-            config = common.configure(sample.DEFAULTS, sample.bare_flags(args), sample.RULES, files=False)
+            config = common.configure(sample.DEFAULTS, args, sample.RULES, files=False)
             at_init = config["propagation"] or config["express"] == "init"  # no checkpoint
             assert at_init or os.path.normpath(config["out_dir"]) in out_dirs, args
     if doc != "README.md":

@@ -7,7 +7,7 @@ Train the standard transformer and the paper's variants, side by side.
   torchrun --standalone --nproc_per_node=8 train.py configs/lm_paper.py
 
 A config file is Python and runs as code, like any script: use only files you trust. --key=value values are
-Python literals (never evaluated) of the default's type.
+Python literals (never evaluated) of the default's type; a bare --flag turns a bool option on.
 """
 import hashlib
 import inspect
