@@ -23,7 +23,7 @@
 # At 256x (MixiT and Frozen-MLP, not at a plateau by 64x; about 1.9 and 2.9 hours a seed on a 2-core CPU):
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --max_iters=384000 --eval_interval=24000 --log_interval=6000 --out_dir=out/capacity_mixit_384k
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=softmax --freeze=mlp --max_iters=384000 --eval_interval=24000 --log_interval=6000 --out_dir=out/capacity_frozen_mlp_384k
-# At 1,024x, where Frozen-MLP (+5.7 % from 64x to 256x) may level off: about 11 hours a seed on one core of a 2-core
+# At 1,024x, where Frozen-MLP (+5.6 % from 64x to 256x) may level off: about 11 hours a seed on one core of a 2-core
 # CPU, 1.6 on an H100 (add --device=cuda --dtype=float32, as measured there):
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=softmax --freeze=mlp --max_iters=1536000 --eval_interval=24000 --log_interval=6000 --out_dir=out/capacity_frozen_mlp_1536k
 task = "memorize_128"
