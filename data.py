@@ -754,7 +754,7 @@ def recall_scores(model, task, n_seqs=256):
     found = (x[rows] == task.key_of(x[rows, t])[:, None]) & (np.arange(x.shape[1]) < t[:, None])  # (M, T): p < t
     if not found.any(1).all():
         raise ValueError(f"recall_scores: {task.name} scores a position whose key does not occur before it")
-    maps = in_eval(model, model.attention_maps, torch.from_numpy(x).to(next(model.parameters()).device))
+    maps = in_eval(model, model.attention_maps, torch.from_numpy(x).to(model.wte.weight.device))
     maps = maps.permute(1, 3, 4, 0, 2)  # (n, T, T, L, H)
     rows, t, source = (torch.from_numpy(a).to(maps.device) for a in (rows, t, found.argmax(1) + 1))  # after the key
     return maps[rows, t, source].mean(0).cpu()  # (L, H)
