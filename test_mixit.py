@@ -239,6 +239,20 @@ def test_matmul_rate_waits_for_the_device_around_every_timed_group(monkeypatch):
     assert events[0] == events[-1] == "sync" and all(groups[1::2]) and not any(groups[::2])  # sync, mm.., sync
 
 
+def test_gpu_work_is_awaited_and_calibrated_on_its_own_device(monkeypatch):
+    """synchronize waits for CUDA (a stand-in records) but not for a CPU; bench's CUDA calibration times 8192^3 there."""
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: waited.append("cuda"))
+    common.synchronize(torch.device("cpu"))
+    common.synchronize(torch.device("cuda", 0))
+    assert waited == ["cuda"]
+    monkeypatch.setattr(bench, "measure_matmul", lambda device, dtype, n: {8192: 750e12}[n])
+    env = types.SimpleNamespace(device_type="cuda", device=torch.device("cuda", 0), dtype=torch.bfloat16,
+                                describe=lambda: "1 x NVIDIA H100 80GB HBM3")
+    calib = bench.calibrate(env, 989e12)
+    assert (calib["matmul"], calib["measured_tflops"], round(calib["measured_over_peak"], 3)) == ("8192^3", 750, 0.758)
+
+
 def test_peak_flops_from_the_datasheet_or_measured(fake_cuda):
     assert common.peak_flops("cuda:0", torch.bfloat16) == 989e12 and common.peak_flops("cuda:0") == 494e12
     assert 1e9 < common.peak_flops("cpu") < 1e14  # measured
