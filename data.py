@@ -598,7 +598,7 @@ class ClassifyTask:
     and {split}_y.npy (labels). The model reads the whole text at once (causal=False), as the paper's
     classifier, and pools its real tokens."""
 
-    causal, metrics, probe = False, (), None
+    causal, metrics, probe = False, ("val_margin_std",), None
 
     def __init__(self, name, folder, meta, block_size, eval_split):
         self.name, self.folder, self.meta = name, folder, meta
@@ -764,32 +764,35 @@ def recall_scores(model, task, n_seqs=256):
 
 @torch.no_grad()
 def evaluate(model, task, split, batch_size, env):
-    """Loss, accuracy (per answer, by k-th answer, by answers in a row, by position) and exact match over a split."""
-    sums = torch.zeros(5, dtype=torch.float64, device=env.device)  # loss, answers, right, answered rows, exact rows
+    """Loss, accuracy (per answer, by k-th answer, by answers in a row, by position), exact match, margin's spread."""
+    sums = torch.zeros(7, dtype=torch.float64, device=env.device)  # loss, answers, right, answered/exact rows, margin
     # right and answers: at a row's k-th answer, in rows of k answers, predicted at position k
     tallies = torch.zeros(3, 2, task.block_size + 1, dtype=torch.float64, device=env.device)
     for x, y in task.eval_batches(split, batch_size, env.rank, env.world_size):
         x, y = env.to_device(x, y)
         with env.autocast():
             logits, _ = model(x)
-        if y.dim() == 1:  # a classifier: one answer per row
+        if y.dim() == 1:  # a classifier: one answer per row; its margin, the log-odds of class 1 against class 0
+            margin = logits[:, 1].double() - logits[:, 0]
+            sums[5:] += torch.stack([margin.sum(), margin.square().sum()])
             logits, y = logits.unsqueeze(1), y.unsqueeze(1)
         scored = y >= 0
         right = (logits.argmax(-1) == y) & scored
         answered, count = scored.any(-1), scored.sum(-1)
         loss = F.cross_entropy(logits[scored].float(), y[scored], reduction="sum")
-        sums += torch.stack([loss.double(), count.sum().double(), right.sum().double(), answered.sum().double(),
-                             ((right == scored).all(-1) & answered).sum().double()])
+        sums[:5] += torch.stack([loss.double(), count.sum().double(), right.sum().double(), answered.sum().double(),
+                                 ((right == scored).all(-1) & answered).sum().double()])
         k = scored.cumsum(-1)[scored] - 1  # each answer's place among its row's answers
         place = torch.arange(scored.size(-1), device=env.device).expand_as(scored)[scored]
         per_answer = torch.stack([right[scored], scored[scored]]).double()
         tallies[0].index_add_(1, k, per_answer)
         tallies[1].index_add_(1, count, torch.stack([right.sum(-1), count]).double())
         tallies[2].index_add_(1, place, per_answer)
-    loss, answers, right, rows, exact = env.all_reduce(sums).tolist()
+    loss, answers, right, rows, exact, margin, margin_sq = env.all_reduce(sums).tolist()
     (hits, counts), (count_hits, count_answers), (place_hits, place_answers) = env.all_reduce(tallies).tolist()
     share = lambda a, b: [x / y for x, y in zip(a, b) if y]
     return {"loss": loss / max(answers, 1), "acc": right / max(answers, 1), "exact": exact / max(rows, 1),
+            "margin_std": math.sqrt(max(margin_sq / max(rows, 1) - (margin / max(rows, 1)) ** 2, 0.0)),
             "acc_pos": share(hits, counts), "acc_n": share(count_hits, count_answers),
             "acc_at": [x / y if y else math.nan for x, y in zip(place_hits, place_answers)]}
 
@@ -803,11 +806,13 @@ def induction_metrics(model, task, env):
 LEVELS = {"val_loss_floor": "loss_floor", "val_acc_chance": "chance"}  # loss and accuracy with the least skill
 
 
-def chance_metrics(model, task, env):
-    """What the scores read with no skill, measured at init: loss floor, chance accuracy, the induction score."""
+def chance_metrics(model, task, env, batch_size):
+    """What the scores read with no skill, measured at init: loss floor, chance accuracy, induction score, margin."""
     metrics = {level: getattr(task, method)() for level, method in LEVELS.items() if hasattr(task, method)}
     if task.probe and model.blocks:  # a model of 0 layers has no attention to probe
         metrics["induction_init"] = induction_metrics(model, task, env)["induction_score"]
+    if "val_margin_std" in task.metrics:
+        metrics["val_margin_std_init"] = eval_metrics(model, task, batch_size, env)["val_margin_std"]
     return metrics
 
 
@@ -822,11 +827,10 @@ def eval_metrics(model, task, batch_size, env, chance=None):
               "val_ppl": lambda: math.exp(min(val["loss"], 50.0)), "val_acc_pos": lambda: val["acc_pos"],
               "val_acc_n": lambda: val["acc_n"], "val_acc_at": lambda: val["acc_at"],
               "bits_per_param": lambda: bits(val["loss"]) / params(),  # rows x (log2 N - loss in bits)
-              "bits_ceiling": lambda: bits(0.0) / params()}  # the whole table held
+              "bits_ceiling": lambda: bits(0.0) / params(),  # the whole table held
+              "val_margin_std": lambda: val["margin_std"]}  # how far a classifier's log-odds move with the input
     metrics = {"val_loss": val["loss"], "val_acc": val["acc"], **{k: chance[k] for k in LEVELS if k in chance}}
     metrics.update({name: scores[name]() for name in task.metrics})
     if task.probe and model.blocks:
         metrics.update(induction_metrics(model, task, env))
-        if "induction_init" in chance:
-            metrics["induction_init"] = chance["induction_init"]
-    return metrics
+    return {**metrics, **chance}  # what was read at init last, beside the score it measures

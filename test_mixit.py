@@ -1293,6 +1293,20 @@ def test_a_classifiers_floor_is_the_class_priors_loss_and_n_layer_0_a_bag_of_wor
     logits = lambda n, idx: MixiT(train.model_config(dict(train.DEFAULTS, n_layer=n, attn="softmax"), task))(idx)[0]
     assert torch.allclose(logits(0, shuffled), logits(0, x), atol=1e-6)  # no layers: a bag of words
     assert not torch.allclose(logits(2, shuffled), logits(2, x), atol=1e-6)  # attention reads the order
+    fresh = MixiT(MixiTConfig(**load_ckpt(tmp_path / "out")["model_args"]))  # the seed's model before training
+    at_init = data.evaluate(fresh.eval(), task, "val", 8, common.setup("cpu", "float32"))["margin_std"]
+    assert final["val_margin_std_init"] == pytest.approx(at_init) != final["val_margin_std"]
+
+
+def test_a_classifiers_margin_spread_is_the_std_of_its_log_odds():
+    """evaluate's margin_std, the spread over rows of logit 1 - logit 0, by hand: 4 rows of margins 1, 3, -1, 0; a
+    model that gives every row the same log-odds (a constant predictor, whatever its bias) has none."""
+    for table, spread in ((torch.tensor([[0.0, 1.0], [0.0, 3.0], [1.0, 0.0], [2.0, 2.0]]), np.std([1, 3, -1, 0])),
+                          (torch.tensor([[0.0, 1.1], [2.0, 3.1], [-1.0, 0.1], [0.5, 1.6]]), 0.0)):
+        rows = [(torch.arange(4), torch.tensor([1, 1, 0, 1]))]
+        task = types.SimpleNamespace(block_size=1, eval_batches=lambda *a: iter(rows))
+        got = data.evaluate(lambda x: (table[x], None), task, "val", 8, common.setup("cpu", "float32"))
+        assert got["margin_std"] == pytest.approx(spread, abs=1e-6) and got["acc"] == 0.75
 
 
 # ===== prepare.py
@@ -1666,7 +1680,7 @@ def test_each_score_is_reported_beside_its_chance_level(tmp_path):
         assert {m["val_acc_chance"] for m in mixing + softmax} == {data.make_task(task).chance()}
         ckpt = load_ckpt(tmp_path / f"{task}-softmax")
         fresh = MixiT(MixiTConfig(**ckpt["model_args"]))  # the seed's model before training
-        level = data.chance_metrics(fresh, data.make_task(task), common.setup("cpu", "float32"))["induction_init"]
+        level = data.chance_metrics(fresh, data.make_task(task), common.setup("cpu", "float32"), 64)["induction_init"]
         assert softmax[0]["induction_init"] == pytest.approx(level, abs=1e-6)
     header = (tmp_path / "results.md").read_text().splitlines()[4]
     assert "| val_acc | val_acc_chance |" in header and "| induction_score | induction_init |" in header

@@ -189,7 +189,7 @@ def load_state(path, mconf, model, optimizer, config, env):
 def start_run(config, task, env, ckpt_path, metrics_path):
     """A run's model, optimizer, state, eval history (resumed: up to the checkpoint) and chance levels (at init)."""
     mconf, model, optimizer = new_model(config, task, env)
-    chance = chance_metrics(model, task, env)  # before a checkpoint is loaded
+    chance = chance_metrics(model, task, env, config["batch_size"])  # before a checkpoint is loaded
     state, history = dict(FRESH), []
     if config["init_from"] == "resume" and (os.path.isfile(ckpt_path) or not config.get("fresh_if_missing")):
         state = load_state(ckpt_path, mconf, model, optimizer, config, env)
