@@ -261,7 +261,7 @@ def plot_induction(scores, path, title):
 def plot_propagation(stats, width, path):
     """Token covariance (log scale) and similarity against depth at init, mean ± std: stats {network: (mean, std)}."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
-    for (name, (mean, std)), color in zip(stats.items(), (COLORS["mixing"], "tab:gray", COLORS["softmax"])):
+    for (name, (mean, std)), color in zip(stats.items(), (COLORS["mixing"], "tab:gray", "tab:olive", COLORS["softmax"])):
         for k, ax in enumerate(axes):
             ax.plot(mean[:, k], color=color, label=name)
             ax.fill_between(range(len(mean)), mean[:, k] - std[:, k], mean[:, k] + std[:, k], color=color, alpha=0.2)

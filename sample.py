@@ -118,8 +118,7 @@ def show_samples(model, tok, config, dev):
             raise ConfigError(f"--start={start}: cannot read the file ({e.strerror})") from None
     x = torch.tensor(tok.encode(start) or [tok.eot], dtype=torch.long, device=dev)[None]
     for _ in range(config["num_samples"]):
-        y = model.generate(x, config["max_new_tokens"], config["temperature"], config["top_k"] or None,
-                           config["use_cache"])
+        y = model.generate(x, config["max_new_tokens"], config["temperature"], config["top_k"] or None, config["use_cache"])
         print(tok.decode(y[0].tolist()))
         print("---------------")
 
@@ -186,27 +185,28 @@ def token_stats(x):
     return cov.mean().item(), (unit @ unit.transpose(1, 2))[:, off].mean().item()
 
 
-def unshape(model, seed):
-    """MixiT unshaped: each fixed matrix plain random attention (a softmax of random scores), a plain residual sum."""
-    g = torch.Generator().manual_seed(seed)
-    for block in model.blocks:
-        P = block.attn.mixing  # the stored matrix is A - I
-        scores = torch.randn(P.shape, generator=g).masked_fill(torch.ones(P.shape[1:], dtype=torch.bool).triu(1), -torch.inf)
-        P.copy_(scores.softmax(-1) - torch.eye(P.size(-1)))
-        block.s = block.r = 1.0
-    return model
+def unshape(block, g):
+    """A MixiT block unshaped: its fixed matrix plain random attention (a softmax of random scores), plain residuals."""
+    P = block.attn.mixing  # the stored matrix is A - I
+    scores = torch.randn(P.shape, generator=g).masked_fill(torch.ones(P.shape[1:], dtype=torch.bool).triu(1), -torch.inf)
+    P.copy_(scores.softmax(-1) - torch.eye(P.size(-1)))
+    block.s = block.r = 1.0
 
 
-NETWORKS = {"MixiT": ("mixing", False), "MixiT without shaping": ("mixing", True), "random transformer": ("softmax", False)}
+NETWORKS = {"MixiT": ("mixing", None), "MixiT without shaping": ("mixing", unshape),  # an edit of every block
+            "MixiT without its sink head": ("mixing", lambda block, g: block.attn.mixing[0].zero_()),  # head 0: I
+            "random transformer": ("softmax", None)}
 
 
 def propagation_curves(depth, width, seed):
     """{network: (depth+1, 2)} covariance and similarity after the embedding and after every layer, at init."""
     idx = torch.randint(0, 64, (16, 64), generator=torch.Generator().manual_seed(seed))
     curves = {}
-    for name, (attn, plain) in NETWORKS.items():
+    for name, (attn, edit) in NETWORKS.items():
         model = MixiT(MixiTConfig(vocab_size=64, block_size=64, n_layer=depth, n_embd=width, attn=attn, seed=seed))
-        model = unshape(model, seed) if plain else model
+        g = torch.Generator().manual_seed(seed)  # one stream through the blocks
+        for block in model.blocks if edit else ():
+            edit(block, g)
         x, stats = model.embed(idx), []
         for block in [None, *model.blocks]:
             x = x if block is None else block(x)

@@ -2454,7 +2454,8 @@ def test_sample_cli_exits_2_without_traceback(tmp_path):
 
 
 def test_propagation_at_init_prints_and_plots(tmp_path, capsys):
-    """No checkpoint: covariance and similarity of tokens after each layer, for the three networks at init."""
+    """No checkpoint: covariance and similarity of tokens after each layer, for the four networks at init. The sink
+    head is what draws MixiT's tokens together: without it they stay as apart as they start."""
     assert cli(sample.main, ["--propagation=4", "--propagation_width=32", f"--out_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in sample.NETWORKS) and is_png(tmp_path / "propagation.png", 20_000)
@@ -2462,6 +2463,8 @@ def test_propagation_at_init_prints_and_plots(tmp_path, capsys):
     assert all(c.shape == (9, 2) for c in curves.values())
     random, mixit, plain = curves["random transformer"], curves["MixiT"], curves["MixiT without shaping"]
     assert random[8, 1] > 0.7 and plain[8, 1] > 0.7 and mixit[8, 1] < 0.5  # tokens collapse together without shaping
+    sinkless = curves["MixiT without its sink head"]
+    assert mixit[8, 1] > 0.2 and abs(sinkless[8, 1]) < 0.02 and abs(sinkless[8, 1] - sinkless[0, 1]) < 0.01
 
 
 def test_express_probe_at_init_and_on_a_checkpoint(tmp_path, capsys, monkeypatch):
@@ -2541,11 +2544,14 @@ def test_express_on_a_checkpoint_sets_the_same_model_at_init_beside_it(tmp_path,
     assert max(moved) > 0.05  # the trained rows tell apart from the init rows
 
 
-def test_unshaped_mixing_is_plain_random_attention():
-    model = sample.unshape(tiny_model(attn="mixing"), seed=0)
-    A = torch.eye(12) + model.blocks[0].attn.mixing
+def test_unshaped_mixing_is_plain_random_attention_and_the_sinkless_head_the_identity():
+    block = tiny_model(attn="mixing").blocks[0]
+    sample.unshape(block, torch.Generator().manual_seed(0))
+    A = torch.eye(12) + block.attn.mixing
     assert torch.allclose(A.sum(-1), torch.ones(4, 12)) and (A >= 0).all() and torch.equal(A, A.tril())
-    assert model.blocks[0].s == model.blocks[0].r == 1.0
+    assert block.s == block.r == 1.0
+    sample.NETWORKS["MixiT without its sink head"][1](block, None)
+    assert torch.equal(block.attn.mixing[0], torch.zeros(12, 12)) and block.attn.mixing[1:].abs().sum() > 0
 
 
 # ===== report.py
