@@ -598,7 +598,7 @@ class ClassifyTask:
     and {split}_y.npy (labels). The model reads the whole text at once (causal=False), as the paper's
     classifier, and pools its real tokens."""
 
-    causal, metrics, probe = False, ("val_margin_std",), None
+    causal, metrics, probe = False, ("val_margin_std",), None  # how far its log-odds move with the input
 
     def __init__(self, name, folder, meta, block_size, eval_split):
         self.name, self.folder, self.meta = name, folder, meta
