@@ -718,9 +718,9 @@ def named_patterns(T, device=None):
 def pattern_residuals(maps, patterns):
     """How well the span of a layer's heads forms each pattern: the relative least-squares residual
     min_c ||sum_h c_h A_h - P|| / ||P||, 0 when some mix of the heads is the pattern exactly, 1 when it holds nothing
-    of it. maps (..., H, T, T): one layer's heads (on one input each); returns {name: (...)}, in float64."""
-    heads = maps.double().flatten(-2).transpose(-1, -2)  # (..., T*T, H): a column per head
-    targets = torch.stack([p.double().flatten() for p in patterns.values()], -1)  # (T*T, K)
+    of it. maps (..., H, T, T): one layer's heads (on one input each); returns {name: (...)}, in float64 on the host."""
+    heads = maps.cpu().double().flatten(-2).transpose(-1, -2)  # (..., T*T, H): a column per head (MPS has no float64)
+    targets = torch.stack([p.cpu().double().flatten() for p in patterns.values()], -1)  # (T*T, K)
     targets = targets.expand(*heads.shape[:-1], targets.size(-1))
     residual = heads @ torch.linalg.lstsq(heads, targets).solution - targets  # (..., T*T, K)
     share = residual.norm(dim=-2) / targets.norm(dim=-2)
@@ -765,28 +765,28 @@ def recall_scores(model, task, n_seqs=256):
 @torch.no_grad()
 def evaluate(model, task, split, batch_size, env):
     """Loss, accuracy (per answer, by k-th answer, by answers in a row, by position), exact match, margin's spread."""
-    sums = torch.zeros(7, dtype=torch.float64, device=env.device)  # loss, answers, right, answered/exact rows, margin
+    total = torch.float32 if env.device_type == "mps" else torch.float64  # the totals' dtype: MPS has no float64
+    sums = torch.zeros(7, dtype=total, device=env.device)  # loss, answers, right, answered/exact rows, margin
     # right and answers: at a row's k-th answer, in rows of k answers, predicted at position k
-    tallies = torch.zeros(3, 2, task.block_size + 1, dtype=torch.float64, device=env.device)
+    tallies = torch.zeros(3, 2, task.block_size + 1, dtype=total, device=env.device)
+    margin = torch.zeros(1, device=env.device)  # a model of the tokens has none
     for x, y in task.eval_batches(split, batch_size, env.rank, env.world_size):
         x, y = env.to_device(x, y)
         with env.autocast():
             logits, _ = model(x)
         if y.dim() == 1:  # a classifier: one answer per row; its margin, the log-odds of class 1 against class 0
-            margin = logits[:, 1].double() - logits[:, 0]
-            sums[5:] += torch.stack([margin.sum(), margin.square().sum()])
-            logits, y = logits.unsqueeze(1), y.unsqueeze(1)
+            logits, y, margin = logits.unsqueeze(1), y.unsqueeze(1), logits[:, 1].to(total) - logits[:, 0]
         scored = y >= 0
         right = (logits.argmax(-1) == y) & scored
         answered, count = scored.any(-1), scored.sum(-1)
         loss = F.cross_entropy(logits[scored].float(), y[scored], reduction="sum")
-        sums[:5] += torch.stack([loss.double(), count.sum().double(), right.sum().double(), answered.sum().double(),
-                                 ((right == scored).all(-1) & answered).sum().double()])
+        sums += torch.stack([loss, count.sum(), right.sum(), answered.sum(),
+                             ((right == scored).all(-1) & answered).sum(), margin.sum(), margin.square().sum()])
         k = scored.cumsum(-1)[scored] - 1  # each answer's place among its row's answers
         place = torch.arange(scored.size(-1), device=env.device).expand_as(scored)[scored]
-        per_answer = torch.stack([right[scored], scored[scored]]).double()
+        per_answer = torch.stack([right[scored], scored[scored]]).to(total)
         tallies[0].index_add_(1, k, per_answer)
-        tallies[1].index_add_(1, count, torch.stack([right.sum(-1), count]).double())
+        tallies[1].index_add_(1, count, torch.stack([right.sum(-1), count]).to(total))
         tallies[2].index_add_(1, place, per_answer)
     loss, answers, right, rows, exact, margin, margin_sq = env.all_reduce(sums).tolist()
     (hits, counts), (count_hits, count_answers), (place_hits, place_answers) = env.all_reduce(tallies).tolist()

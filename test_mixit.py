@@ -1234,6 +1234,35 @@ def test_evaluation_of_a_batch_built_by_hand():
     assert got["acc_at"] == pytest.approx([math.nan, 1, 2 / 3, 0, math.nan], nan_ok=True)  # by position
 
 
+class NoFloat64(torch.overrides.TorchFunctionMode):
+    """A stand-in for MPS, which has no float64: any op that makes a float64 tensor raises."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and out.dtype == torch.float64:
+            raise TypeError(f"{func.__name__} made a float64 tensor, which MPS cannot hold")
+        return out
+
+
+@pytest.mark.parametrize("attn", ["softmax", "mixing"])
+def test_evaluation_on_mps_keeps_its_totals_in_float32_and_agrees(attn):
+    """On an MPS device evaluate makes no float64 tensor (a CPU Env named mps, under NoFloat64), and its scores agree
+    with the float64 totals elsewhere: an algorithmic task, and a classifier's margin."""
+    class MPS(common.Env):
+        device_type = "mps"
+
+    cpu, mps = common.setup("cpu", "float32"), MPS(torch.device("cpu"), torch.float32)
+    task, model = data.make_task("addition_3"), tiny_model(vocab_size=31, block_size=12, attn=attn).eval()
+    table = torch.tensor([[0.0, 1.0], [0.0, 3.0], [1.0, 0.0], [2.0, 2.0]])
+    batch = (torch.arange(4), torch.tensor([1, 1, 0, 1]))
+    classifier = types.SimpleNamespace(block_size=1, eval_batches=lambda *a: iter([batch]))
+    for m, t in ((model, task), (lambda x: (table[x], None), classifier)):
+        want = data.evaluate(m, t, "test", 500, cpu)
+        with NoFloat64():
+            got = data.evaluate(m, t, "test", 500, mps)
+        assert got.keys() == want.keys() and all(np.allclose(got[k], want[k], equal_nan=True) for k in want)
+
+
 def test_dyck_reports_accuracy_by_the_querys_position():
     """Dyck's val_acc_at on 4 strings by hand, '()', ')(', '(())' and '(': a model that always answers ')' (balanced)
     is right on the two balanced ones; by the query's position 1, 2 and 4: 0, 1/2 and 1."""
