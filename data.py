@@ -560,16 +560,17 @@ class TextTask:
     def tokens(self, split):
         return np.memmap(os.path.join(self.folder, f"{split}.bin"), dtype=np.uint16, mode="r")  # fresh per batch
 
-    @cache  # counted once per task: every run of a comparison reads it
-    def loss_floor(self):
+    @cache  # counted once per task and batch size: every run of a comparison reads it
+    def loss_floor(self, batch_size):
         """What a model that reads only the last token earns: a bigram counted on the training split (add-one
-        smoothing), its cross-entropy in nats per token over every consecutive pair of the evaluation split."""
-        V, train, val = self.meta["vocab_size"], self.tokens("train"), self.tokens(self.val_split)
-        pairs = lambda data: data[:-1].astype(np.int64) * V + data[1:]  # (a, b) as one integer
-        (codes, counts), wanted = np.unique(pairs(train), return_counts=True), pairs(val)
+        smoothing), its cross-entropy in nats per token on the tokens the models are scored on (eval_batches)."""
+        V, train = self.meta["vocab_size"], self.tokens("train")
+        x, y = (torch.cat(t).flatten().numpy() for t in zip(*self.eval_batches(self.val_split, batch_size)))
+        a, wanted = x[y >= 0], x[y >= 0] * V + y[y >= 0]  # each scored pair (a, b) as one integer
+        codes, counts = np.unique(train[:-1].astype(np.int64) * V + train[1:], return_counts=True)
         at = np.minimum(np.searchsorted(codes, wanted), len(codes) - 1)
         seen = np.where(codes[at] == wanted, counts[at], 0)  # c(a, b) on the training split
-        contexts = np.bincount(train[:-1], minlength=V)[val[:-1]]  # c(a)
+        contexts = np.bincount(train[:-1], minlength=V)[a]  # c(a)
         return float(np.mean(np.log(contexts + V) - np.log(seen + 1)))  # -log (c(a, b) + 1) / (c(a) + V)
 
     def windows(self, data, starts):
@@ -627,8 +628,9 @@ class ClassifyTask:
         y = self.split(self.val_split)[1]
         return float(np.bincount(y).max() / len(y))
 
-    def loss_floor(self):
-        """What a model that reads no input earns: the training split's class shares, their loss on the evaluation's."""
+    def loss_floor(self, batch_size):
+        """What a model that reads no input earns: the training split's class shares, their loss on the evaluation's
+        (every evaluation reads the whole split, whatever its batch_size)."""
         train, val = self.split("train")[1], self.split(self.val_split)[1]
         return float(-np.log(np.bincount(train, minlength=self.n_classes)[val] / len(train)).mean())
 
@@ -808,7 +810,8 @@ LEVELS = {"val_loss_floor": "loss_floor", "val_acc_chance": "chance"}  # loss an
 
 def chance_metrics(model, task, env, batch_size):
     """What the scores read with no skill, measured at init: loss floor, chance accuracy, induction score, margin."""
-    metrics = {level: getattr(task, method)() for level, method in LEVELS.items() if hasattr(task, method)}
+    levels = {"val_loss_floor": lambda: task.loss_floor(batch_size), "val_acc_chance": lambda: task.chance()}
+    metrics = {level: levels[level]() for level, method in LEVELS.items() if hasattr(task, method)}
     if task.probe and model.blocks:  # a model of 0 layers has no attention to probe
         metrics["induction_init"] = induction_metrics(model, task, env)["induction_score"]
     if "val_margin_std" in task.metrics:

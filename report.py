@@ -4,6 +4,8 @@ and headline scores against training cost (cost.png); the pictures of sample.py'
 
   python report.py out/where_cpu                             # redo its results.md, runs.json, compare.png, cost.png
   python report.py out/where_cpu out/when_cpu --out_dir=out  # cost.png over every run of both
+  python report.py configs/claims.py                         # every claim's verdict, from the stored runs
+  python report.py configs/claims.py --runs_dir=out          # ... from your own runs of the same commands
 """
 import json
 import os
@@ -18,7 +20,8 @@ import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
 from common import ConfigError, check_writable, cli, configure, format_time, write_atomic
 from mixit import ATTNS, LETTERS, MIXING
 
-DEFAULTS = {"out_dir": ""}  # where the files go; '': the folders' common parent (the folder itself, given one)
+DEFAULTS = {"out_dir": "",  # where the files go; '': the folders' common parent (the folder itself, given one)
+            "runs_dir": "assets/runs"}  # a claims file's comparisons: the stored summaries, or a folder of your own
 
 # ----------------------------------------------------------------------------- reports of a comparison
 
@@ -59,6 +62,87 @@ def summarize(runs, histories):
     return table
 
 
+# ----------------------------------------------------------------------------- the verdict rule
+
+MATCH = 0.02  # two scores match where their means differ by less than this
+DIRECTIONS = ("higher", "lower", "match", "fails")  # the other model against the first; fails: it stays at its floor
+NOT_REPRODUCED = "not reproduced at this scale"
+RULE_NOTE = (f"each mean ± sample std beside its floor (cleared where beyond it by more than the summed stds), the "
+             f"difference of the means beside the summed stds, the steps each ran, and the word for each direction a "
+             f"claim could take (higher, lower, a match within {MATCH}, fails: stays at its floor).")
+
+
+def mean_std(values):
+    """The mean and sample std (n - 1) of per-seed values; one value: std 0, a level without spread."""
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def clears(scores, floor, lower_better):
+    """Does a score clear its floor (a level, or a trained floor's per-seed scores) by more than their summed spreads?"""
+    (s, s_std), (f, f_std) = mean_std(scores), mean_std(floor)
+    return (f - s if lower_better else s - f) > s_std + f_std
+
+
+def verdict(scores, floors, steps, direction, lower_better=False):
+    """The word for a claim about two models, the first and the other: scores and floors are their per-seed lists,
+    steps their budgets, direction the claim's for the other against the first (DIRECTIONS). Equal budgets and two
+    seeds each come first; then yes needs every score above its floor (a model that fails, below its own) and the
+    direction beyond the summed spreads (a match: means within MATCH); no: reversed, or not apart beyond the spreads."""
+    if steps[0] != steps[1]:
+        return "unequal budgets"
+    if min(map(len, scores)) < 2:
+        return "spread unknown"
+    first, other = (clears(s, f, lower_better) for s, f in zip(scores, floors))
+    if direction == "fails":
+        return NOT_REPRODUCED if not first else "no" if other else "yes"
+    if not (first and other):
+        return NOT_REPRODUCED
+    (a, a_std), (b, b_std) = map(mean_std, scores)
+    if direction == "match":
+        return "yes" if abs(b - a) < MATCH else "no"
+    return "yes" if (b - a if direction == "higher" else a - b) > a_std + b_std else "no"
+
+
+def claim_word(words):
+    """A claim's word from its settings': yes or no on all, partly where they differ; undecided ones named apart."""
+    decided = [w for w in words if w in ("yes", "no", NOT_REPRODUCED)]
+    if not decided:
+        return "undecided"
+    undecided = len(words) - len(decided)
+    word = decided[0] if len(set(decided)) == 1 else "partly" if "yes" in decided else "no"
+    return word + (f" ({undecided} of {len(words)} settings undecided)" if undecided else "")
+
+
+def rule_cells(first, other, metric, trained_floor=None):
+    """What the rule reads of two models' runs (finals of one task) on metric: the two scores beside their floors
+    (each run's logged level, 0 where the score has none, or a trained floor's per-seed scores), the difference beside
+    the summed spreads, the steps, and the word for each direction."""
+    lower_better = metric == "val_loss"
+    scores = [[r[metric] for r in runs] for runs in (first, other)]
+    floors = [trained_floor or [r.get(LEVELS[metric][0], 0.0) if metric in LEVELS else 0.0 for r in runs]
+              for runs in (first, other)]
+    steps = [runs[0]["iter"] for runs in (first, other)]
+    (a, a_std), (b, b_std) = map(mean_std, scores)
+    spread = f"{a_std + b_std:.3g}" if min(map(len, scores)) > 1 else "unknown (one seed)"
+    shown = lambda s, f: f"{mean_std(s)[0]:.4g}" + (f" ± {mean_std(s)[1]:.2g}" if len(s) > 1 else "") + \
+        f" ({'clears' if clears(s, f, lower_better) else 'not above'} {mean_std(f)[0]:.4g})"
+    return {"scores (floors)": f"{shown(scores[0], floors[0])} / {shown(scores[1], floors[1])}",
+            "difference (spread)": f"{b - a:+.3g} ({spread})", "steps": " / ".join(f"{s:,}" for s in steps),
+            **{d: verdict(scores, floors, steps, d, lower_better) for d in DIRECTIONS}}
+
+
+def rule_rows(finals):
+    """results.md's reading of the rule: each variant against the first, per task, on the task's headline score."""
+    rows = []
+    for task_name in dict.fromkeys(r["task"] for r in finals):
+        runs = [r for r in finals if r["task"] == task_name]
+        variants = list(dict.fromkeys(r["variant"] for r in runs))
+        of = lambda v: [r for r in runs if r["variant"] == v]
+        rows += [{"task": task_name, "variant": v, "against": variants[0], "score": headline(runs[0]),
+                  **rule_cells(of(variants[0]), of(v), headline(runs[0]))} for v in variants[1:]]
+    return rows
+
+
 def table(rows, columns):
     """A markdown table of rows (dicts): columns maps each heading to a key (or a function of the row)."""
     fmt = lambda v: "" if v is None else f"{v:,.0f}" if isinstance(v, float) and abs(v) >= 100 else \
@@ -86,6 +170,10 @@ def write_files(runs, histories, out_dir):
     cell = lambda k: lambda r: "" if k not in r else f"{r[k][0]:.4g}" + (f" ± {r[k][1]:.2g}" if r[k][1] else "")
     text = table(summary, {"task": "task", "variant": "variant", "seeds": "seeds", "iters": "iter",
                            **{k: cell(k) for k in keys}, "model": "model"})
+    rules = rule_rows(finals)
+    if rules:
+        text += f"\nThe verdict rule on each variant against the first: {RULE_NOTE}\n\n" + \
+            table(rules, {k: k for k in rules[0]})
     print("\n" + text, end="", flush=True)
     seeds = sorted({r["seed"] for r in finals})
     spread = f", mean ± sample std (n - 1) over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
@@ -333,10 +421,55 @@ def read_json(path, lines=False):
     return value
 
 
+def variant_runs(finals, task_name, variant, folder):
+    """The finals of one variant on one task in a comparison's runs; a ConfigError naming those it holds."""
+    runs = [r for r in finals if r["task"] == task_name and r["variant"] == variant]
+    if not runs:
+        held = sorted({f"{r['task']}: {r['variant']}" for r in finals})
+        raise ConfigError(f"{folder} holds no runs of {variant!r} on {task_name}; it holds {'; '.join(held)}")
+    return runs
+
+
+def claims_report(path, runs_dir):
+    """The claims file's every setting read by the rule from its comparison's runs.json under runs_dir, each claim's
+    word, and each comparison's command, machine and time: markdown."""
+    namespace, settings, verdicts, used = {}, [], [], {}
+    try:
+        exec(open(path).read(), namespace)
+        claims, commands = namespace["CLAIMS"], namespace["COMMANDS"]
+    except Exception as e:
+        raise ConfigError(f"claims file {path} failed ({type(e).__name__}: {e}); it sets CLAIMS and COMMANDS, as "
+                          f"configs/claims.py does") from None
+
+    def runs(folder, task_name, variant):
+        if folder not in used:
+            used[folder] = read_json(os.path.join(runs_dir, folder, "runs.json"))
+        return variant_runs(used[folder], task_name, variant, folder)
+
+    for claim, rows in claims.items():
+        words = []
+        for folder, task_name, metric, first, other, direction, *floor in rows:  # floor: (folder, variant)
+            trained = [r[metric] for r in runs(floor[0][0], task_name, floor[0][1])] if floor else None
+            cells = rule_cells(runs(folder, task_name, first), runs(folder, task_name, other), metric, trained)
+            words.append(cells[direction])
+            settings.append({"claim": claim, "comparison": f"{folder}: {task_name}, {metric}" + (
+                " (floor: {}'s {})".format(*floor[0]) if floor else ""), "first / other": f"{first} / {other}",
+                **{k: cells[k] for k in ("scores (floors)", "difference (spread)", "steps")},
+                "the claim": direction, "word": cells[direction]})
+        verdicts.append({"claim": claim, "verdict": claim_word(words), "settings": ", ".join(words)})
+    commands = [{"comparison": f, "command": commands.get(f, "(none given)"), "runs": len(finals),
+                 "machine": finals[0]["hardware"], "time": format_time(finals[0]["seconds"])}
+                for f, finals in used.items()]
+    return "\n\n".join(table(rows, {k: k for k in rows[0]}) for rows in (verdicts, settings, commands))
+
+
 def main(argv):
-    """One comparison folder: its report again, from its runs' metrics.jsonl; several: the cost plot of all runs."""
+    """One comparison folder: its report again, from its runs' metrics.jsonl; several: the cost plot of all runs; a
+    claims file: every claim's verdict from the runs under runs_dir."""
     config = configure(DEFAULTS, [a for a in argv if a.startswith("--")], files=False)
     folders = [a for a in argv if not a.startswith("--")]
+    if folders and folders[0].endswith(".py"):
+        return print(claims_report(folders[0], config["runs_dir"]), end="")
     if not folders:
         raise ConfigError("name the folders of finished train.py comparisons: python report.py DIR [DIR ...]")
     out = config["out_dir"] or os.path.relpath(os.path.commonpath([os.path.abspath(f) for f in folders]))

@@ -1287,19 +1287,22 @@ def test_modular_addition_reports_training_accuracy_on_the_training_split():
 
 
 def test_the_bigram_floor_is_the_counted_bigrams_loss(tmp_path):
-    """val_loss_floor of text: -log (c(a, b) + 1) / (c(a) + V), counted on train, over every pair of the eval split."""
+    """val_loss_floor of text: -log (c(a, b) + 1) / (c(a) + V), counted on train, over the pairs the models are scored
+    on: eval_iters batches of windows of the validation split, the same tokens at each evaluation."""
     (tmp_path / "a.txt").write_text("abracadabra, a cab; " * 40 + "zebra and bread " * 7)
     prepare.prepare("text", src=str(tmp_path / "a.txt"), tokenizer="bytes", out_dir=str(tmp_path), name="tiny")
-    task = data.make_task("tiny", 8, str(tmp_path))
+    task = data.make_task("tiny", 8, str(tmp_path), eval_iters=1)
     train_, val = (task.tokens(split).tolist() for split in ("train", "val"))
     V, pairs, contexts = task.meta["vocab_size"], Counter(zip(train_, train_[1:])), Counter(train_[:-1])
-    brute = [-math.log((pairs[a, b] + 1) / (contexts[a] + V)) for a, b in zip(val, val[1:])]
-    assert V == 257 and len(brute) > 50
-    assert task.loss_floor() == pytest.approx(sum(brute) / len(brute), rel=1e-12)
+    bigram = lambda a, b: -math.log((pairs[a, b] + 1) / (contexts[a] + V))
+    starts = np.random.default_rng(data.TEST_SEED).integers(0, len(val) - 8, 4)  # 1 batch of 4 windows
+    brute = [bigram(val[s + t], val[s + t + 1]) for s in starts for t in range(8)]
+    assert V == 257 and len(set(brute)) > 5
+    assert task.loss_floor(4) == pytest.approx(sum(brute) / len(brute), rel=1e-12)
     assert run_train(tmp_path / "out", "--task=tiny", f"--data_dir={tmp_path}", "--n_layer=0", "--attn=softmax",
                      "--block_size=8", "--max_iters=2", "--eval_interval=2", "--batch_size=4", "--eval_iters=1") == 0
     final = read_metrics(tmp_path / "out")[-1]  # a model of 0 layers: no attention to probe for induction heads
-    assert final["val_loss_floor"] == pytest.approx(task.loss_floor()) and "induction_score" not in final
+    assert final["val_loss_floor"] == pytest.approx(task.loss_floor(4)) and "induction_score" not in final
 
 
 def test_a_classifiers_floor_is_the_class_priors_loss_and_n_layer_0_a_bag_of_words(tmp_path):
@@ -1309,12 +1312,12 @@ def test_a_classifiers_floor_is_the_class_priors_loss_and_n_layer_0_a_bag_of_wor
         (tmp_path / "src" / name).write_text("sentence\tlabel\n" + rows)
     prepare.prepare("sst2", src=str(tmp_path / "src"), tokenizer="bytes", out_dir=str(tmp_path / "data"))
     task = data.make_task("sst2", 0, str(tmp_path / "data"))
-    assert task.loss_floor() == pytest.approx(-(2 * math.log(0.75) + 3 * math.log(0.25)) / 5)  # train's shares on dev
+    assert task.loss_floor(2) == pytest.approx(-(2 * math.log(0.75) + 3 * math.log(0.25)) / 5)  # train's shares on dev
     assert task.chance() == pytest.approx(0.6)
     assert run_train(tmp_path / "out", "--task=sst2", f"--data_dir={tmp_path / 'data'}", "--n_layer=0",
                      "--attn=softmax", "--max_iters=4", "--eval_interval=2", "--batch_size=8") == 0
     final = read_metrics(tmp_path / "out")[-1]
-    assert (final["val_loss_floor"], final["val_acc_chance"]) == (pytest.approx(task.loss_floor()), pytest.approx(0.6))
+    assert (final["val_loss_floor"], final["val_acc_chance"]) == (pytest.approx(task.loss_floor(8)), pytest.approx(0.6))
     x, _ = task.get_batch("val", 5)
     shuffled = x.clone()
     for row, real in zip(shuffled, x != task.pad_id):
@@ -2946,3 +2949,113 @@ def test_cuda_torchrun_nccl_two_gpus_match_one(tmp_path):
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert read_metrics(tmp_path / "ddp")[-1]["val_loss"] == pytest.approx(read_metrics(tmp_path / "one")[-1]["val_loss"],
                                                                            rel=1e-4)
+
+
+# ----- the verdict rule
+
+FLOOR3 = [0.3, 0.3, 0.3]  # a chance level, one per seed
+
+
+@pytest.mark.parametrize("first, other, floors, steps, direction, word", [
+    ([0.50, 0.52, 0.48], [0.90, 0.92, 0.88], (FLOOR3, FLOOR3), (100, 100), "higher", "yes"),
+    ([0.50, 0.52, 0.48], [0.90, 0.92, 0.88], (FLOOR3, FLOOR3), (100, 100), "lower", "no"),  # reversed
+    ([0.50, 0.70, 0.30], [0.60, 0.80, 0.40], (FLOOR3, FLOOR3), (100, 100), "higher", "no"),  # 0.1 inside 0.2 + 0.2
+    ([0.50, 0.60, 0.40], [0.75, 0.85, 0.65], (FLOOR3, FLOOR3), (100, 100), "higher", "yes"),  # 0.25 beyond 0.1 + 0.1
+    ([1.00, 1.00, 1.00], [0.99, 0.995, 0.985], (FLOOR3, FLOOR3), (100, 100), "match", "yes"),  # 0.01 apart
+    ([1.00, 1.00, 1.00], [0.97, 0.97, 0.97], (FLOOR3, FLOOR3), (100, 100), "match", "no"),  # 0.03 apart
+    ([0.50, 0.52, 0.48], [0.90, 0.92, 0.88], (FLOOR3, FLOOR3), (100, 400), "higher", "unequal budgets"),
+    ([0.50], [0.90], ([0.3], [0.3]), (100, 100), "higher", "spread unknown"),
+    ([0.50, 0.52, 0.48], [0.39, 0.29, 0.34], (FLOOR3, FLOOR3), (100, 100), "lower", "not reproduced at this scale"),
+    ([0.50, 0.52, 0.48], [0.41, 0.31, 0.36], (FLOOR3, FLOOR3), (100, 100), "lower", "yes"),  # 0.06 above 0.3 ± 0.05
+    ([0.34, 0.36, 0.35], [0.90, 0.92, 0.88], ([0.5, 0.5, 0.5], FLOOR3), (100, 100), "higher",
+     "not reproduced at this scale"),  # the first below its own floor
+    ([0.50, 0.52, 0.48], [0.29, 0.31, 0.30], (FLOOR3, FLOOR3), (100, 100), "fails", "yes"),
+    ([0.50, 0.52, 0.48], [0.40, 0.42, 0.38], (FLOOR3, FLOOR3), (100, 100), "fails", "no"),
+    ([0.29, 0.31, 0.30], [0.29, 0.31, 0.30], (FLOOR3, FLOOR3), (100, 100), "fails", "not reproduced at this scale"),
+    ([0.50, 0.52, 0.48], [0.90, 0.92, 0.88], ([0.45, 0.50, 0.55], [0.86, 0.90, 0.94]), (100, 100), "higher",
+     "not reproduced at this scale"),  # a trained floor: 0.9 ± 0.02 not beyond 0.9 ± 0.04
+])
+def test_the_verdict_rule_on_hand_set_seeds(first, other, floors, steps, direction, word):
+    """One case per word and per condition: the direction beyond the summed sample stds, a match within 0.02, each
+    score beyond its floor by more than the spreads (a failing model below its own), equal steps, two seeds each."""
+    assert report.verdict([first, other], floors, steps, direction) == word
+
+
+def test_the_verdict_rule_on_losses_reads_lower_as_better():
+    """Losses: a floor is cleared from below (a bigram's 2.35), higher means worse."""
+    softmax, mixing, floor = [1.70, 1.72, 1.74], [2.10, 2.08, 2.12], [2.35] * 3
+    assert report.verdict([softmax, mixing], (floor, floor), (90, 90), "higher", lower_better=True) == "yes"
+    assert report.verdict([softmax, [2.38, 2.36, 2.40]], (floor, floor), (90, 90), "higher", True) == \
+        "not reproduced at this scale"
+    assert report.verdict([softmax, mixing], (floor, floor), (90, 90), "lower", lower_better=True) == "no"
+
+
+@pytest.mark.parametrize("words, claim", [
+    (["yes", "yes"], "yes"), (["yes", "no"], "partly"), (["yes", "not reproduced at this scale"], "partly"),
+    (["no", "not reproduced at this scale"], "no"), (["not reproduced at this scale"] * 2, "not reproduced at this scale"),
+    (["yes", "spread unknown"], "yes (1 of 2 settings undecided)"), (["unequal budgets"], "undecided")])
+def test_a_claims_word_from_its_settings(words, claim):
+    assert report.claim_word(words) == claim
+
+
+def rule_finals(task_name="addition_3", metric="val_acc", level="val_acc_chance"):
+    """Hand-set finals of 2 seeds of two variants: softmax 0.9 ± 0.0141, mixing 0.6 ± 0.0141, floor 0.33."""
+    return [dict(task=task_name, variant=v, seed=s, iter=500, **{metric: x, level: 0.33}) for v, xs in
+            (("softmax", (0.91, 0.89)), ("mixing h=64", (0.61, 0.59))) for s, x in enumerate(xs)]
+
+
+def test_results_md_prints_what_the_rule_reads(tmp_path, monkeypatch):
+    """results.md: each variant against the first, its scores beside their floors, the difference beside the summed
+    spreads, the steps and the word for each direction; one seed: the spread unknown."""
+    monkeypatch.setattr(report, "plot_comparison", lambda *a: None)
+    monkeypatch.setattr(report, "plot_cost", lambda *a: None)
+    runs = [dict(r, hardware="cpu", seconds=1.0, step_samples=8, model="m") for r in rule_finals()]
+    histories = [[{k: r[k] for k in ("iter", "val_acc", "val_acc_chance")}] for r in runs]
+    report.write_files(runs, histories, str(tmp_path))
+    text = (tmp_path / "results.md").read_text()
+    (row,) = markdown_rows(text[text.index("The verdict rule"):])
+    assert row == {"task": "addition_3", "variant": "mixing h=64", "against": "softmax", "score": "val_acc",
+                   "scores (floors)": "0.9 ± 0.014 (clears 0.33) / 0.6 ± 0.014 (clears 0.33)",
+                   "difference (spread)": "-0.3 (0.0283)", "steps": "500 / 500", "higher": "no", "lower": "yes",
+                   "match": "no", "fails": "no"}
+    report.write_files(runs[::2], histories[::2], str(tmp_path))
+    (row,) = markdown_rows((tmp_path / "results.md").read_text().split("The verdict rule")[1])
+    assert row["difference (spread)"] == "-0.3 (unknown (one seed))" and row["lower"] == "spread unknown"
+
+
+def write_claims(tmp_path, settings):
+    (tmp_path / "runs" / "heads").mkdir(parents=True)
+    (tmp_path / "runs" / "heads" / "runs.json").write_text(json.dumps(
+        [dict(r, hardware="1 x cpu", seconds=75.0) for r in rule_finals()]))
+    (tmp_path / "claims.py").write_text(f"CLAIMS = {{'MixiT adds': {settings!r}}}\n"
+                                        "COMMANDS = {'heads': 'python train.py configs/heads_cpu.py --seeds=2'}\n")
+
+
+def test_the_claims_command_prints_each_settings_word_and_the_claims(tmp_path, capsys):
+    """python report.py CLAIMS.py --runs_dir=DIR: the claim's word, each setting's reading and word, each comparison's
+    command, machine and time; a variant the runs lack is one line, status 2."""
+    write_claims(tmp_path, [("heads", "addition_3", "val_acc", "softmax", "mixing h=64", "lower"),
+                            ("heads", "addition_3", "val_acc", "softmax", "mixing h=64", "match")])
+    assert cli(report.main, [str(tmp_path / "claims.py"), f"--runs_dir={tmp_path / 'runs'}"]) == 0
+    verdicts, settings, commands = capsys.readouterr().out.split("\n\n")
+    assert markdown_rows(verdicts) == [{"claim": "MixiT adds", "verdict": "partly", "settings": "yes, no"}]
+    assert [(r["first / other"], r["difference (spread)"], r["the claim"], r["word"]) for r in
+            markdown_rows(settings)] == [("softmax / mixing h=64", "-0.3 (0.0283)", "lower", "yes"),
+                                         ("softmax / mixing h=64", "-0.3 (0.0283)", "match", "no")]
+    assert markdown_rows(commands) == [{"comparison": "heads", "command": "python train.py configs/heads_cpu.py "
+                                        "--seeds=2", "runs": "4", "machine": "1 x cpu", "time": "1m15s"}]
+    write_claims(tmp_path / "b", [("heads", "addition_3", "val_acc", "softmax", "mixing h=16", "match")])
+    assert cli(report.main, [str(tmp_path / "b" / "claims.py"), f"--runs_dir={tmp_path / 'b' / 'runs'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no runs of 'mixing h=16' on addition_3; it holds addition_3: mixing h=64;" \
+        in err
+
+
+def test_a_trained_floor_from_another_comparison(tmp_path, capsys):
+    """A setting's fifth part names a trained floor (a bag of words): both models must clear its per-seed scores."""
+    write_claims(tmp_path, [("heads", "addition_3", "val_acc", "softmax", "mixing h=64", "lower", ("heads",
+                                                                                                   "mixing h=64"))])
+    assert cli(report.main, [str(tmp_path / "claims.py"), f"--runs_dir={tmp_path / 'runs'}"]) == 0
+    (row,) = markdown_rows(capsys.readouterr().out.split("\n\n")[1])
+    assert row["scores (floors)"] == "0.9 ± 0.014 (clears 0.6) / 0.6 ± 0.014 (not above 0.6)"
+    assert row["word"] == "not reproduced at this scale"
