@@ -441,19 +441,21 @@ def claims_report(path, runs_dir):
         raise ConfigError(f"claims file {path} failed ({type(e).__name__}: {e}); it sets CLAIMS and COMMANDS, as "
                           f"configs/claims.py does") from None
 
-    def runs(folder, task_name, variant):
+    def runs(folder, task_name, variant):  # a variant of another comparison: (its folder, the variant)
+        folder, variant = variant if isinstance(variant, tuple) else (folder, variant)
         if folder not in used:
             used[folder] = read_json(os.path.join(runs_dir, folder, "runs.json"))
         return variant_runs(used[folder], task_name, variant, folder)
 
     for claim, rows in claims.items():
         words = []
-        for folder, task_name, metric, first, other, direction, *floor in rows:  # floor: (folder, variant)
-            trained = [r[metric] for r in runs(floor[0][0], task_name, floor[0][1])] if floor else None
+        for folder, task_name, metric, first, other, direction, *floor in rows:  # floor: a trained floor
+            trained = [r[metric] for r in runs(folder, task_name, floor[0])] if floor else None
             cells = rule_cells(runs(folder, task_name, first), runs(folder, task_name, other), metric, trained)
             words.append(cells[direction])
+            name = lambda v: "{1} ({0})".format(*v) if isinstance(v, tuple) else v
             settings.append({"claim": claim, "comparison": f"{folder}: {task_name}, {metric}" + (
-                " (floor: {}'s {})".format(*floor[0]) if floor else ""), "first / other": f"{first} / {other}",
+                f", floor {name(floor[0])}" if floor else ""), "first / other": f"{name(first)} / {name(other)}",
                 **{k: cells[k] for k in ("scores (floors)", "difference (spread)", "steps")},
                 "the claim": direction, "word": cells[direction]})
         verdicts.append({"claim": claim, "verdict": claim_word(words), "settings": ", ".join(words)})

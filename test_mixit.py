@@ -2210,7 +2210,7 @@ def test_sigterm_checkpoints_the_current_step(tmp_path):
     assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-6)
 
 
-PRESETS = sorted(f[:-3] for f in os.listdir(os.path.join(HERE, "configs")) if f.endswith(".py"))
+PRESETS = sorted(f[:-3] for f in os.listdir(os.path.join(HERE, "configs")) if f.endswith(".py") and f != "claims.py")
 
 
 def preset_task(name, block_size):
@@ -3059,3 +3059,242 @@ def test_a_trained_floor_from_another_comparison(tmp_path, capsys):
     (row,) = markdown_rows(capsys.readouterr().out.split("\n\n")[1])
     assert row["scores (floors)"] == "0.9 ± 0.014 (clears 0.6) / 0.6 ± 0.014 (not above 0.6)"
     assert row["word"] == "not reproduced at this scale"
+
+
+def test_the_documents_verdicts_are_the_claims_commands(capsys):
+    """RESULTS.md's and the README's claims tables give each claim the word python report.py configs/claims.py prints
+    from the stored runs (assets/runs), and RESULTS.md holds its settings table as printed."""
+    assert cli(report.main, [os.path.join(HERE, "configs", "claims.py"), f"--runs_dir={HERE}/assets/runs"]) == 0
+    verdicts, settings, _ = capsys.readouterr().out.split("\n\n")
+    printed = {r["claim"]: r["verdict"] for r in markdown_rows(verdicts)}
+    for doc in ("RESULTS.md", "README.md"):
+        text = open(os.path.join(HERE, doc)).read()
+        rows = markdown_rows(text[text.index("| claim | verdict |"):])
+        written = {re.sub(r"\[(.*?)\]\(.*?\)", r"\1", r["claim"]): r["verdict"] for r in rows}  # links: their text
+        assert written == printed, doc
+    assert settings in open(os.path.join(HERE, "RESULTS.md")).read()
+
+
+def test_every_exercise_gives_a_command_its_time_and_the_results_section_that_answers_it():
+    """Each README exercise: a train.py or sample.py command (test_documented_commands_plan_what_they_say plans it),
+    a measured time on a 2-core CPU, and a link to an existing RESULTS.md section that holds its answer."""
+    section = doc_section(open(os.path.join(HERE, "README.md")).read(), "## Exercises")
+    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", open(os.path.join(HERE, "RESULTS.md")).read(), re.M)}
+    items = re.split(r"^\d+\. ", section, flags=re.M)[1:]
+    assert len(items) == 7
+    for item in items:
+        assert re.search(r"`python (train|sample)\.py", item) and re.search(r"\d+ ?(min|s)\b", item), item
+        links = re.findall(r"\]\(RESULTS\.md#([\w-]+)\)", item)
+        assert links and set(links) <= anchors, item
+
+
+# ----- the floors and probe scores, each by brute force on a hand-built case
+
+
+def test_the_bigram_floor_by_hand_with_unseen_pairs_and_unseen_contexts(tmp_path):
+    """V = 5, train 0 1 2 1 0 1 3, test 1 2 4 4 0 1 3 3 (read whole, in consecutive windows of 2, 3 to a batch): c(a)
+    counts train's first 6 tokens (0: 2, 1: 3, 2: 1; 3, the last, none), c(a, b) its 6 pairs; each of the 7 test
+    pairs costs -log (c(a, b) + 1) / (c(a) + V). (4, 4) is the largest code of all, beyond every training pair; 4 and
+    3 never open a training pair."""
+    train, test = [0, 1, 2, 1, 0, 1, 3], [1, 2, 4, 4, 0, 1, 3, 3]
+    for split, tokens in (("train", train), ("test", test)):
+        np.array(tokens, np.uint16).tofile(tmp_path / f"{split}.bin")
+    meta = {"vocab_size": 5, "tokens": {"train": len(train), "test": len(test)}}
+    task = data.TextTask("tiny", str(tmp_path), meta, 2, 1, "test")
+    # (1,2) (2,4) (4,4) (4,0) (0,1) (1,3) (3,3)
+    probs = [2 / 8, 1 / 6, 1 / 5, 1 / 5, 3 / 7, 2 / 8, 1 / 5]
+    assert task.loss_floor(3) == pytest.approx(-sum(map(math.log, probs)) / 7, rel=1e-12)
+
+
+def test_a_bag_of_words_is_the_head_of_the_mean_normed_embedding_of_the_real_tokens():
+    """n_layer=0 (no positions: standard parametrization): logits = head(mean over the real tokens p of
+    norm(wte[x_p])), pads (0) anywhere in the row left out; a row of pads alone pools to 0."""
+    model = MixiT(MixiTConfig(vocab_size=16, block_size=6, n_layer=0, n_head=2, n_embd=8, n_classes=3, pad_id=0,
+                              causal=False, attn="softmax"))
+    assert model.wpe is None
+    with torch.no_grad():
+        model.norm.weight.copy_(torch.linspace(0.5, 2.0, 8))  # a gain that is not all ones
+    idx = torch.tensor([[3, 5, 5, 0, 0, 0], [0, 0, 7, 2, 9, 4], [1, 0, 2, 0, 3, 0], [6, 6, 6, 6, 6, 6],
+                        [0, 0, 0, 0, 0, 0]])
+    with torch.no_grad():
+        got = model(idx)[0]
+        E, g = model.wte.weight.double(), model.norm.weight.double()
+        for row, logits in zip(idx.tolist(), got):
+            pooled = torch.zeros(8, dtype=torch.float64)
+            real = [tok for tok in row if tok != 0]
+            for tok in real:
+                e = E[tok]
+                pooled += e / torch.sqrt((e * e).mean() + 1e-6) * g / len(real)
+            want = model.head(pooled.float()[None])[0]
+            assert torch.allclose(logits, want, atol=1e-6), (row, logits, want)
+    assert torch.equal(got[4], torch.zeros(3))  # nothing to pool: the head of 0 (no bias)
+
+
+def test_distinct_per_row_leaves_out_absent_wherever_it_sorts():
+    """The count behind the recall tasks' chance levels: distinct values per row, absent left out, whether absent is the
+    smallest value of a row, the largest or one between."""
+    values = np.array([[3, 5, 3, 9], [5, 5, 7, 7], [3, 1, 1, 2], [5, 5, 5, 5], [9, 3, 5, 6]])
+    want = [len(set(row) - {5}) for row in values.tolist()]
+    assert want == [2, 1, 3, 0, 3] and data.distinct_per_row(values, absent=5).tolist() == want
+
+
+# ----------------------------------------------------------------------------- the probes
+
+
+def hand_maps(idx, layers, heads, weight):
+    """(layers, B, heads, T, T) causal maps: row i of head h of layer l puts weight(b, l, h, i) on column
+    i - T/2 + 1 (the token after the earlier copy) where i >= T/2, and the rest on i itself."""
+    B, T = idx.shape
+    s = T // 2
+    maps = torch.zeros(layers, B, heads, T, T)
+    for l in range(layers):
+        for b in range(B):
+            for h in range(heads):
+                for i in range(T):
+                    w = weight(b, l, h, i) if i >= s else 0.0
+                    maps[l, b, h, i, i - s + 1] += w
+                    maps[l, b, h, i, i] += 1.0 - w
+    return maps
+
+
+def test_induction_scores_are_the_mean_weight_on_the_token_after_the_first_copy_by_brute_force(monkeypatch):
+    """Hand-built maps whose induction weight varies with the row's first token, the layer, the head and the position:
+    the score of a head is the mean over the rows (64 segments drawn from TEST_SEED for the evaluation's metric) and
+    over i = s..2s-1 of the weight from i to i - s + 1; induction_metrics reports the best head and each layer's."""
+    task = data.make_task("induction_4")  # block 7: segments of 3
+    model = tiny_model(vocab_size=task.vocab_size, block_size=task.block_size)
+    weight = lambda idx: lambda b, l, h, i: ((int(idx[b, 0]) + 3 * l + h + i) % 5) / 4
+    seen = []
+
+    def maps(idx):
+        seen.append(idx.clone())
+        return hand_maps(idx, 2, 4, weight(idx))
+
+    monkeypatch.setattr(model, "attention_maps", maps)
+
+    def brute(idx):
+        s = idx.shape[1] // 2
+        return torch.tensor([[np.mean([weight(idx)(b, l, h, i) for b in range(len(idx)) for i in range(s, 2 * s)])
+                              for h in range(4)] for l in range(2)])
+
+    scores = data.induction_scores(model, n_seqs=5, seg_len=3, seed=1)
+    assert seen[-1].shape == (5, 6) and torch.allclose(scores, brute(seen[-1]).float(), atol=1e-6)
+    got = data.induction_metrics(model, task, common.setup("cpu", "float32"))
+    idx = data.repeated_tokens(model.config, 64, seed=data.TEST_SEED)
+    assert torch.equal(seen[-1], idx)
+    want = brute(idx)
+    assert got["induction_score"] == pytest.approx(want.max().item(), abs=1e-6)
+    assert got["induction_layers"] == pytest.approx(want.max(1).values.tolist(), abs=1e-6)
+    assert len(set(want.flatten().tolist())) > 4  # the heads differ: the test tells max from mean from first
+
+
+@pytest.mark.parametrize("name", ["mqar_4", "retrieval_4", "induction_6"])
+def test_recall_score_is_the_mean_weight_over_every_answer_by_brute_force(monkeypatch, name):
+    """Layer 0 head 1 puts a weight that varies with the row and the position on the token after the first earlier
+    occurrence of the key each answer asks for (retrieval: query H+N+k asks key H+k), the rest on position 0; the
+    score is that weight's mean over every scored position of the first rows, found here by a plain search."""
+    task = data.make_task(name)
+    model = tiny_model(vocab_size=task.vocab_size, block_size=task.block_size)
+    T, n = task.block_size, 6
+    rows = task.test[:n].tolist()  # T + 1 tokens: scored() reads the answer's place from whole rows
+    weight = lambda b, t: ((7 * b + t) % 4 + 1) / 4
+
+    def key_of(tok):
+        return tok - task.n if name.startswith("retrieval") and tok >= task.half + task.n else tok
+
+    def answers(row):  # (t, the position of the value after the key) for every scored t
+        scored = task.scored(np.array([row]))[0]
+        return [(t, row.index(key_of(row[t])) + 1) for t in range(T) if scored[t]]
+
+    def maps(idx):
+        out = torch.zeros(1, len(idx), 2, T, T)
+        out[0, :, 0] = torch.eye(T)
+        out[0, :, 1, :, 0] = 1.0
+        assert torch.equal(idx, torch.tensor(rows)[:, :-1])
+        for b, row in enumerate(rows):
+            for t, source in answers(row):
+                assert 0 < source < t
+                out[0, b, 1, t, source] += weight(b, t)
+                out[0, b, 1, t, 0] -= weight(b, t)
+        return out
+
+    monkeypatch.setattr(model, "attention_maps", maps)
+    want = [weight(b, t) for b, row in enumerate(rows) for t, _ in answers(row)]
+    assert len(want) >= n and len(set(want)) > 1
+    scores = data.recall_scores(model, task, n_seqs=n)
+    assert scores.shape == (1, 2) and scores[0, 0] == 0.0
+    assert scores[0, 1].item() == pytest.approx(np.mean(want), abs=1e-6)
+
+
+class Knows(torch.nn.Module):
+    """A stand-in language model: at position p, logit a_p = (p + 1) / 2 on the true next token idx[p + 1], 0 on every
+    other, so its loss there is log(e^a_p + V - 1) - a_p, distinct at every position."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config, self.wte = config, torch.nn.Embedding(config.vocab_size, 1)
+
+    def forward(self, idx, targets=None):
+        n, T = idx.shape
+        logits = torch.zeros(n, T, self.config.vocab_size)
+        for p in range(T - 1):
+            logits[:, p] = (p + 1) / 2 * F.one_hot(idx[:, p + 1], self.config.vocab_size)
+        return logits, None
+
+
+def test_icl_score_is_the_repeats_loss_less_the_first_copys_by_hand():
+    """On a segment of s and its repeat: the mean loss of the targets s+1..2s-1 (positions s..2s-2) less that of the
+    targets 1..s-1 (positions 0..s-2); the first token of the repeat (position s-1) in neither. s = 1: nan."""
+    V, s = 16, 4
+    model = Knows(MixiTConfig(vocab_size=V, block_size=2 * s))
+    loss = [math.log(math.exp((p + 1) / 2) + V - 1) - (p + 1) / 2 for p in range(2 * s - 1)]
+    want = sum(loss[p] for p in range(s, 2 * s - 1)) / (s - 1) - sum(loss[p] for p in range(s - 1)) / (s - 1)
+    assert want < -0.5  # the later the position, the surer the stand-in
+    assert data.icl_score(model, n_seqs=3, seg_len=s) == pytest.approx(want, abs=1e-5)
+    assert math.isnan(data.icl_score(model, n_seqs=3, seg_len=1))
+
+
+def hand_patterns(T):
+    prefix, previous, first, identity = (np.zeros((T, T)) for _ in range(4))
+    for i in range(T):
+        for j in range(i + 1):
+            prefix[i, j] = 1 / (i + 1)
+        previous[i, max(i - 1, 0)] = 1.0
+        first[i, 0] = 1.0
+        identity[i, i] = 1.0
+    return {"prefix mean": prefix, "previous token": previous, "first token": first, "identity": identity}
+
+
+def test_named_patterns_by_hand():
+    got = data.named_patterns(5)
+    want = hand_patterns(5)
+    assert list(got) == list(want)
+    for name in want:
+        assert np.allclose(got[name].numpy(), want[name], rtol=0, atol=1e-7), name
+
+
+def test_layer_residuals_are_each_layers_relative_least_squares_residual_averaged_over_the_rows(monkeypatch):
+    """The expressivity probe on hand-built maps (2 layers, 3 rows, 2 heads of random causal weights, a different draw
+    per row; layer 1's head 0 the prefix mean plus noise in row 0 only): per layer, pattern and row the residual
+    min_c ||c_0 A_0 + c_1 A_1 - P|| / ||P|| by numpy's least squares, averaged over the rows."""
+    T, B, L, H = 6, 3, 2, 2
+    g = np.random.default_rng(0)
+    raw = g.random((L, B, H, T, T)) * np.tril(np.ones((T, T)))
+    raw /= raw.sum(-1, keepdims=True)
+    patterns = hand_patterns(T)
+    raw[1, 1:, 0] = patterns["prefix mean"]  # formed exactly in rows 1 and 2, not in row 0
+    model = tiny_model(block_size=T)
+    monkeypatch.setattr(model, "attention_maps", lambda idx: torch.from_numpy(raw).float())
+    got = sample.layer_residuals(model, torch.zeros(B, T, dtype=torch.long))
+    assert list(got) == list(patterns)
+    for name, P in patterns.items():
+        for l in range(L):
+            shares = []
+            for b in range(B):
+                A = np.stack([raw[l, b, h].astype(np.float32).astype(np.float64).ravel() for h in range(H)], 1)
+                c = np.linalg.lstsq(A, P.ravel(), rcond=None)[0]
+                shares.append(np.linalg.norm(A @ c - P.ravel()) / np.linalg.norm(P))
+            assert got[name][l].item() == pytest.approx(np.mean(shares), abs=1e-6), (name, l)
+    assert 0.05 < got["prefix mean"][1].item() < 0.5  # one row of three misses it: the mean, not any one row
+
