@@ -55,8 +55,7 @@ def summarize(runs, histories):
     for (task_name, variant), members in groups.items():
         finals = [f for _, f in members]
         keys = [k for k in finals[0] if not isinstance(finals[0][k], list) and k not in ("iter", "lr", "tokens")]
-        stats = {k: (float(np.mean([f[k] for f in finals])), float(np.std([f[k] for f in finals], ddof=1))
-                     if len(finals) > 1 else 0.0) for k in keys}
+        stats = {k: mean_std([f[k] for f in finals]) for k in keys}
         table.append({"task": task_name, "variant": variant, "model": members[0][0]["model"], "seeds": len(finals),
                       "iter": finals[0]["iter"], **stats})
     return table
@@ -124,10 +123,10 @@ def rule_cells(first, other, metric, trained_floor=None):
     steps = [runs[0]["iter"] for runs in (first, other)]
     (a, a_std), (b, b_std) = map(mean_std, scores)
     spread = f"{a_std + b_std:.3g}" if min(map(len, scores)) > 1 else "unknown (one seed)"
-    shown = lambda s, f: f"{mean_std(s)[0]:.4g}" + (f" ± {mean_std(s)[1]:.2g}" if len(s) > 1 else "") + \
-        f" ({'clears' if clears(s, f, lower_better) else 'not above'} {mean_std(f)[0]:.4g})"
-    return {"scores (floors)": f"{shown(scores[0], floors[0])} / {shown(scores[1], floors[1])}",
-            "difference (spread)": f"{b - a:+.3g} ({spread})", "steps": " / ".join(f"{s:,}" for s in steps),
+    shown = lambda s, f: "{:.4g}".format(np.mean(s)) + (" ± {:.2g}".format(np.std(s, ddof=1)) if len(s) > 1 else "") \
+        + f" ({'clears' if clears(s, f, lower_better) else 'not above'} {np.mean(f):.4g})"
+    return {"scores (floors)": " / ".join(map(shown, scores, floors)), "difference (spread)": f"{b - a:+.3g} ({spread})",
+            "steps": " / ".join(f"{s:,}" for s in steps),
             **{d: verdict(scores, floors, steps, d, lower_better) for d in DIRECTIONS}}
 
 

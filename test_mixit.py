@@ -2623,7 +2623,8 @@ def test_model_description_of_each_setting(kw, described):
 
 def markdown_rows(text):
     """The rows of the first markdown table in text, each a dict from heading to cell."""
-    lines = [line for line in text.splitlines() if line.startswith("|")]
+    lines = list(itertools.takewhile(lambda line: line.startswith("|"),
+                                     itertools.dropwhile(lambda line: not line.startswith("|"), text.splitlines())))
     cells = lambda line: [c.strip() for c in line.strip("|").split("|")]
     return [dict(zip(cells(lines[0]), cells(line))) for line in lines[2:]]
 

@@ -14,6 +14,7 @@ CLAIMS = {
         ("heads_cpu", "addition_3", "val_acc", "softmax", H64, "match"),
         ("heads_cpu", "addition_3", "val_acc", "softmax", "mixing h=16", "match"),
         ("modadd_47_6k", "modadd_47", "val_acc", "softmax", H16, "match"),
+        ("modadd_97_6k", "modadd_97", "val_acc", "softmax", H16, "match"),
         ("dyck_16", "dyck_16", "val_acc", "softmax", H16, "match"),
         ("memorization_cpu", "memorize_32", "val_acc", "softmax", H16, "match"),
         ("memorization_cpu", "memorize_64", "val_acc", "softmax", H16, "match")],
@@ -57,6 +58,8 @@ COMMANDS = {  # what made each folder (each writes out/FOLDER), on a 2-core CPU,
     "heads_cpu": "python train.py configs/heads_cpu.py --seeds=5",
     "modadd_47_6k": "python train.py configs/arithmetic_cpu.py --seeds=5 --task=modadd_47 --attn=softmax,mixing "
                     "--max_iters=6000 --out_dir=out/modadd_47_6k",
+    "modadd_97_6k": "python train.py configs/arithmetic_cpu.py --seeds=5 --task=modadd_97 --attn=softmax,mixing "
+                    "--max_iters=6000 --out_dir=out/modadd_97_6k",
     "dyck_16": "python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_16 --attn=softmax,mixing "
                "--out_dir=out/dyck_16",
     "memorization_cpu": "python train.py configs/memorization_cpu.py --seeds=3",
