@@ -461,7 +461,7 @@ def claims_report(path, runs_dir):
     commands = [{"comparison": f, "command": commands.get(f, "(none given)"), "runs": len(finals),
                  "machine": finals[0]["hardware"], "time": format_time(finals[0]["seconds"])}
                 for f, finals in used.items()]
-    return "\n\n".join(table(rows, {k: k for k in rows[0]}) for rows in (verdicts, settings, commands))
+    return "\n".join(table(rows, {k: k for k in rows[0]}) for rows in (verdicts, settings, commands))
 
 
 def main(argv):

@@ -2287,7 +2287,7 @@ def doc_section(text, heading):
 def test_documented_commands_plan_what_they_say(doc):
     """Every train.py command the README and RESULTS.md give plans valid runs whose models build, and every sample.py
     command is valid and reads a checkpoint that a train.py command of the same document writes. The README's main
-    job plans the tasks, model and training its section states, and its one-minute run that many of those runs."""
+    job plans the tasks, model and training its section states, and its induction run that many of those runs."""
     text = open(os.path.join(HERE, doc)).read()
     plans, out_dirs = {}, set()
     for script, args in doc_commands(text):
@@ -2314,7 +2314,7 @@ def test_documented_commands_plan_what_they_say(doc):
         assert (m.n_layer, m.n_embd) == (stated(flat, r"(\d+) layers"), stated(flat, r"width ([\d,]+)"))
         assert m.n_head == stated(flat, r"MixiT with (\d+)" if run["attn"] == "mixing" else r"with (\d+) heads")
         assert run["max_iters"] == stated(flat, r"([\d,]+) steps") and run["batch_size"] == stated(flat, r"of (\d+) seq")
-    minute_section = doc_section(text, "### One minute")
+    minute_section = doc_section(text, "### Watch an induction head form")
     minute = plans[" ".join(doc_commands(minute_section)[0][1])]
     same = lambda r: (r["task"], r["attn"], repr(r["model"]), r["max_iters"], r["batch_size"], r["learning_rate"])
     assert {same(r) for r in minute} <= {same(r) for r in main}
