@@ -77,7 +77,7 @@ def mean_std(values):
 
 
 def clears(scores, floor, lower_better):
-    """Does a score clear its floor (a level, or a trained floor's per-seed scores) by more than their summed spreads?"""
+    """Does a score clear its floor (a level, or a trained floor's per-seed scores) by more than their summed stds?"""
     (s, s_std), (f, f_std) = mean_std(scores), mean_std(floor)
     return (f - s if lower_better else s - f) > s_std + f_std
 
@@ -125,8 +125,8 @@ def rule_cells(first, other, metric, trained_floor=None):
     spread = f"{a_std + b_std:.3g}" if min(map(len, scores)) > 1 else "unknown (one seed)"
     shown = lambda s, f: "{:.4g}".format(np.mean(s)) + (" ± {:.2g}".format(np.std(s, ddof=1)) if len(s) > 1 else "") \
         + f" ({'clears' if clears(s, f, lower_better) else 'not above'} {np.mean(f):.4g})"
-    return {"scores (floors)": " / ".join(map(shown, scores, floors)), "difference (spread)": f"{b - a:+.3g} ({spread})",
-            "steps": " / ".join(f"{s:,}" for s in steps),
+    return {"scores (floors)": " / ".join(map(shown, scores, floors)),
+            "difference (spread)": f"{b - a:+.3g} ({spread})", "steps": " / ".join(f"{s:,}" for s in steps),
             **{d: verdict(scores, floors, steps, d, lower_better) for d in DIRECTIONS}}
 
 
@@ -458,7 +458,7 @@ def claims_report(path, runs_dir):
                 **{k: cells[k] for k in ("scores (floors)", "difference (spread)", "steps")},
                 "the claim": direction, "word": cells[direction]})
         verdicts.append({"claim": claim, "verdict": claim_word(words), "settings": ", ".join(words)})
-    commands = [{"comparison": f, "command": commands.get(f, "(none given)"), "runs": len(finals),
+    commands = [{"comparison": f, "command": f"`{commands[f]}`" if f in commands else "none given", "runs": len(finals),
                  "machine": finals[0]["hardware"], "time": format_time(finals[0]["seconds"])}
                 for f, finals in used.items()]
     return "\n".join(table(rows, {k: k for k in rows[0]}) for rows in (verdicts, settings, commands))

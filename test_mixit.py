@@ -3043,8 +3043,8 @@ def test_the_claims_command_prints_each_settings_word_and_the_claims(tmp_path, c
     assert [(r["first / other"], r["difference (spread)"], r["the claim"], r["word"]) for r in
             markdown_rows(settings)] == [("softmax / mixing h=64", "-0.3 (0.0283)", "lower", "yes"),
                                          ("softmax / mixing h=64", "-0.3 (0.0283)", "match", "no")]
-    assert markdown_rows(commands) == [{"comparison": "heads", "command": "python train.py configs/heads_cpu.py "
-                                        "--seeds=2", "runs": "4", "machine": "1 x cpu", "time": "1m15s"}]
+    assert markdown_rows(commands) == [{"comparison": "heads", "command": "`python train.py configs/heads_cpu.py "
+                                        "--seeds=2`", "runs": "4", "machine": "1 x cpu", "time": "1m15s"}]
     write_claims(tmp_path / "b", [("heads", "addition_3", "val_acc", "softmax", "mixing h=16", "match")])
     assert cli(report.main, [str(tmp_path / "b" / "claims.py"), f"--runs_dir={tmp_path / 'b' / 'runs'}"]) == 2
     err = capsys.readouterr().err
