@@ -431,7 +431,7 @@ def variant_runs(finals, task_name, variant, folder):
 
 def claims_report(path, runs_dir):
     """The claims file's every setting read by the rule from its comparison's runs.json under runs_dir, each claim's
-    word, and each comparison's command, machine and time: markdown."""
+    word, and each comparison's command, machine and training time (its runs' sum): markdown."""
     namespace, settings, verdicts, used = {}, [], [], {}
     try:
         exec(open(path).read(), namespace)
@@ -459,7 +459,7 @@ def claims_report(path, runs_dir):
                 "the claim": direction, "word": cells[direction]})
         verdicts.append({"claim": claim, "verdict": claim_word(words), "settings": ", ".join(words)})
     commands = [{"comparison": f, "command": f"`{commands[f]}`" if f in commands else "none given", "runs": len(finals),
-                 "machine": finals[0]["hardware"], "time": format_time(finals[0]["seconds"])}
+                 "machine": finals[0]["hardware"], "training time": format_time(sum(r["time"] for r in finals))}
                 for f, finals in used.items()]
     return "\n".join(table(rows, {k: k for k in rows[0]}) for rows in (verdicts, settings, commands))
 

@@ -3027,7 +3027,7 @@ def test_results_md_prints_what_the_rule_reads(tmp_path, monkeypatch):
 def write_claims(tmp_path, settings):
     (tmp_path / "runs" / "heads").mkdir(parents=True)
     (tmp_path / "runs" / "heads" / "runs.json").write_text(json.dumps(
-        [dict(r, hardware="1 x cpu", seconds=75.0) for r in rule_finals()]))
+        [dict(r, hardware="1 x cpu", seconds=75.0, time=18.75) for r in rule_finals()]))
     (tmp_path / "claims.py").write_text(f"CLAIMS = {{'MixiT adds': {settings!r}}}\n"
                                         "COMMANDS = {'heads': 'python train.py configs/heads_cpu.py --seeds=2'}\n")
 
@@ -3044,7 +3044,8 @@ def test_the_claims_command_prints_each_settings_word_and_the_claims(tmp_path, c
             markdown_rows(settings)] == [("softmax / mixing h=64", "-0.3 (0.0283)", "lower", "yes"),
                                          ("softmax / mixing h=64", "-0.3 (0.0283)", "match", "no")]
     assert markdown_rows(commands) == [{"comparison": "heads", "command": "`python train.py configs/heads_cpu.py "
-                                        "--seeds=2`", "runs": "4", "machine": "1 x cpu", "time": "1m15s"}]
+                                        "--seeds=2`", "runs": "4", "machine": "1 x cpu",
+                                        "training time": "1m15s"}]
     write_claims(tmp_path / "b", [("heads", "addition_3", "val_acc", "softmax", "mixing h=16", "match")])
     assert cli(report.main, [str(tmp_path / "b" / "claims.py"), f"--runs_dir={tmp_path / 'b' / 'runs'}"]) == 2
     err = capsys.readouterr().err
