@@ -805,13 +805,14 @@ def induction_metrics(model, task, env):
     return {"induction_score": scores.max().item(), "induction_layers": scores.max(1).values.tolist()}
 
 
-LEVELS = {"val_loss_floor": "loss_floor", "val_acc_chance": "chance"}  # loss and accuracy with the least skill
+LEVELS = ("val_loss_floor", "val_acc_chance")  # loss and accuracy with the least skill
 
 
 def chance_metrics(model, task, env, batch_size):
     """What the scores read with no skill, measured at init: loss floor, chance accuracy, induction score, margin."""
-    levels = {"val_loss_floor": lambda: task.loss_floor(batch_size), "val_acc_chance": lambda: task.chance()}
-    metrics = {level: levels[level]() for level, method in LEVELS.items() if hasattr(task, method)}
+    metrics = {"val_loss_floor": task.loss_floor(batch_size)} if hasattr(task, "loss_floor") else {}
+    if hasattr(task, "chance"):
+        metrics["val_acc_chance"] = task.chance()
     if task.probe and model.blocks:  # a model of 0 layers has no attention to probe
         metrics["induction_init"] = induction_metrics(model, task, env)["induction_score"]
     if "val_margin_std" in task.metrics:

@@ -66,9 +66,8 @@ def summarize(runs, histories):
 MATCH = 0.02  # two scores match where their means differ by less than this
 DIRECTIONS = ("higher", "lower", "match", "fails")  # the other model against the first; fails: it stays at its floor
 NOT_REPRODUCED = "not reproduced at this scale"
-RULE_NOTE = (f"each mean ± sample std beside its floor (cleared where beyond it by more than the summed stds), the "
-             f"difference of the means beside the summed stds, the steps each ran, and the word for each direction a "
-             f"claim could take (higher, lower, a match within {MATCH}, fails: stays at its floor).")
+RULE_NOTE = (f"each score beside its floor (cleared: beyond it by more than the summed stds), the difference beside "
+             f"the summed stds, the steps, and the word for each direction (a match: within {MATCH}).")
 
 
 def mean_std(values):
@@ -123,8 +122,8 @@ def rule_cells(first, other, metric, trained_floor=None):
     steps = [runs[0]["iter"] for runs in (first, other)]
     (a, a_std), (b, b_std) = map(mean_std, scores)
     spread = f"{a_std + b_std:.3g}" if min(map(len, scores)) > 1 else "unknown (one seed)"
-    shown = lambda s, f: "{:.4g}".format(np.mean(s)) + (" ± {:.2g}".format(np.std(s, ddof=1)) if len(s) > 1 else "") \
-        + f" ({'clears' if clears(s, f, lower_better) else 'not above'} {np.mean(f):.4g})"
+    shown = lambda s, f: f"{mean_std(s)[0]:.4g}" + (f" ± {mean_std(s)[1]:.2g}" if len(s) > 1 else "") + \
+        f" ({'clears' if clears(s, f, lower_better) else 'not above'} {mean_std(f)[0]:.4g})"
     return {"scores (floors)": " / ".join(map(shown, scores, floors)),
             "difference (spread)": f"{b - a:+.3g} ({spread})", "steps": " / ".join(f"{s:,}" for s in steps),
             **{d: verdict(scores, floors, steps, d, lower_better) for d in DIRECTIONS}}
@@ -420,15 +419,6 @@ def read_json(path, lines=False):
     return value
 
 
-def variant_runs(finals, task_name, variant, folder):
-    """The finals of one variant on one task in a comparison's runs; a ConfigError naming those it holds."""
-    runs = [r for r in finals if r["task"] == task_name and r["variant"] == variant]
-    if not runs:
-        held = sorted({f"{r['task']}: {r['variant']}" for r in finals})
-        raise ConfigError(f"{folder} holds no runs of {variant!r} on {task_name}; it holds {'; '.join(held)}")
-    return runs
-
-
 def claims_report(path, runs_dir):
     """The claims file's every setting read by the rule from its comparison's runs.json under runs_dir, each claim's
     word, and each comparison's command, machine and training time (its runs' sum): markdown."""
@@ -440,11 +430,17 @@ def claims_report(path, runs_dir):
         raise ConfigError(f"claims file {path} failed ({type(e).__name__}: {e}); it sets CLAIMS and COMMANDS, as "
                           f"configs/claims.py does") from None
 
-    def runs(folder, task_name, variant):  # a variant of another comparison: (its folder, the variant)
+    def runs(folder, task_name, variant):  # a variant's finals; of another comparison: (its folder, the variant)
         folder, variant = variant if isinstance(variant, tuple) else (folder, variant)
         if folder not in used:
             used[folder] = read_json(os.path.join(runs_dir, folder, "runs.json"))
-        return variant_runs(used[folder], task_name, variant, folder)
+        found = [r for r in used[folder] if r["task"] == task_name and r["variant"] == variant]
+        if not found:
+            held = "; ".join(sorted({f"{r['task']}: {r['variant']}" for r in used[folder]}))
+            raise ConfigError(f"{folder} holds no runs of {variant!r} on {task_name}; it holds {held}")
+        return found
+
+    name = lambda v: "{1} ({0})".format(*v) if isinstance(v, tuple) else v  # a variant as the tables show it
 
     for claim, rows in claims.items():
         words = []
@@ -452,7 +448,6 @@ def claims_report(path, runs_dir):
             trained = [r[metric] for r in runs(folder, task_name, floor[0])] if floor else None
             cells = rule_cells(runs(folder, task_name, first), runs(folder, task_name, other), metric, trained)
             words.append(cells[direction])
-            name = lambda v: "{1} ({0})".format(*v) if isinstance(v, tuple) else v
             settings.append({"claim": claim, "comparison": f"{folder}: {task_name}, {metric}" + (
                 f", floor {name(floor[0])}" if floor else ""), "first / other": f"{name(first)} / {name(other)}",
                 **{k: cells[k] for k in ("scores (floors)", "difference (spread)", "steps")},
