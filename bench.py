@@ -5,7 +5,8 @@ GPT-2 small, a context-length sweep, kernel profiles and a short train.py run of
   python bench.py --device=cuda --out_dir=out_bench   # the paper shapes (about 20 minutes on one H100)
   python bench.py --device=cpu                         # tiny shapes (about a minute on an idle CPU)
   python bench.py --parts=calib,train --attn=mixing    # some parts, some variants
-  python bench.py --parts=calib,op                     # the attention op alone, to T=4,096, and a step A/B
+  python bench.py --parts=calib,op                     # the attention op alone, softmax against MixiT
+  python bench.py --device=cuda --parts=calib,sweep,op --compile=False   # context 256 to 8,192 (2 min on one H200)
 
 out_dir gets bench.md (every table, also printed), bench.json (the raw numbers), sweep.png, profile_<variant>.txt
 and smoke_<variant>/ with its log (the train.py runs); bench.md and bench.json are rewritten as each part ends.
@@ -29,7 +30,7 @@ from torch.utils import benchmark
 import train
 from common import (ConfigError, OneOf, TrainingError, check_writable, cli, configure, defaults_of, measure_matmul,
                     non_negative, peak_flops, positive, save_checkpoint, setup, synchronize, teardown, write_atomic)
-from mixit import ATTNS, MixiT, MixiTConfig, causal_mix, mixing_matrix
+from mixit import ATTNS, MixiT, MixiTConfig, mix, mixing_matrix
 from report import plot_sweep, read_json, table
 
 # -----------------------------------------------------------------------------
@@ -46,12 +47,11 @@ warmup = 0  # untimed steps first, compilation included (0: 3 paper, 1 tiny)
 profile_steps = 3  # optimizer steps under torch.profiler, per variant, at the first shape
 smoke_task = "addition_3"
 smoke_iters = 0  # train.py steps per variant (0: 200 paper, 20 tiny)
-mix_block = MixiTConfig.mix_block  # the op part: MixiT's causal product in blocks of this many rows
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 PARTS = ("calib", "build", "train", "sweep", "op", "profile", "smoke")
 RULES = {"size": OneOf(("auto", "paper", "tiny")), "dtype": OneOf(("auto", "float32", "bfloat16")),
-         "compile": OneOf(("auto", True, False)), "profile_steps": positive, "mix_block": positive,
+         "compile": OneOf(("auto", True, False)), "profile_steps": positive,
          **dict.fromkeys(("steps", "repeats", "warmup", "smoke_iters"), non_negative)}
 SHAPE = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "accum", "vocab_size")  # a training shape's keys
 LM = dict(n_layer=12, n_embd=512, n_head=8, vocab_size=50304)  # the paper's language models
@@ -59,22 +59,19 @@ GPT2 = dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50304)  # GPT-2 small
 SMALL = dict(n_layer=2, n_embd=128, n_head=4, vocab_size=512)
 SIZES = {  # shapes: training shapes, a model's (MixiTConfig fields) and batch_size x accum micro-batches a step;
     # sweep: a model at each T in Ts, tokens per step (batch = tokens // T); build: MixiT at long context; op: the
-    # attention op alone; step: MixiT's causal product in blocks against one dense product, a training shape
+    # attention op alone
     "paper": dict(steps=50, repeats=5, warmup=3, smoke_iters=200, build=dict(LM, block_size=4096),
                   shapes={"lm_paper": dict(LM, block_size=256, batch_size=64, accum=8),
                           "gpt2_small": dict(GPT2, block_size=1024, batch_size=16, accum=1)},
                   sweep=dict(model=GPT2, Ts=(256, 512, 1024, 2048, 4096), tokens=16384),
-                  op=dict(batch=16, heads=12, head_size=64, Ts=(256, 512, 1024, 2048, 4096, 8192)),
-                  step=dict(GPT2, block_size=4096, batch_size=4, accum=1)),
+                  op=dict(batch=16, heads=12, head_size=64, Ts=(256, 512, 1024, 2048, 4096, 8192))),
     "tiny": dict(steps=5, repeats=2, warmup=1, smoke_iters=20, sweep=dict(model=SMALL, Ts=(64, 128, 256), tokens=512),
                  shapes={"lm_tiny": dict(SMALL, block_size=64, batch_size=8, accum=2),
                          "gpt2_tiny": dict(SMALL, block_size=128, batch_size=4, accum=1)},
                  build=dict(n_layer=12, n_embd=256, n_head=8, block_size=4096, vocab_size=512),
-                 op=dict(batch=4, heads=8, head_size=32, Ts=(64, 128, 256, 512, 1024, 2048, 4096)),
-                 step=dict(SMALL, n_embd=256, n_head=8, block_size=2048, batch_size=2, accum=1)),
+                 op=dict(batch=4, heads=8, head_size=32, Ts=(64, 128, 256, 512, 1024, 2048, 4096))),
 }
-OPS = ("softmax", "mixing", "mixing dense")  # the op part's variants
-PRODUCTS = {"softmax": 6, "mixing": 2, "mixing dense": 2}  # causal (T, T) x (T, hd) products a forward+backward needs
+PRODUCTS = {"softmax": 6, "mixing": 2}  # the op part's variants: causal (T, T) x (T, hd) products fwd+bwd need
 TRAIN = {"variant": "attn", "ms/step": "ms_median", "min ms/step": "ms_min", "tok/s": "tok_s_median",
          "MFU %": "mfu_pct", "GFLOP/token": lambda r: r["flops_per_token"] / 1e9, "peak MiB": "peak_mib",
          "params M": "params_m", "trainable M": "trainable_m", "warm-up s": "warmup_s"}
@@ -229,47 +226,31 @@ def sweep(env, config, timed):
 
 
 def mixing_op(env, config):
-    """The attention op alone, forward and backward, as T grows: softmax (SDPA), MixiT's product in blocks, dense."""
+    """The attention op alone, forward and backward, as T grows: softmax (SDPA) and MixiT's product P V."""
     B, H, hd, Ts = (SIZES[config["size"]]["op"][k] for k in ("batch", "heads", "head_size", "Ts"))
     rows = []
     for T in Ts:
         make = lambda: torch.randn(B, H, T, hd, device=env.device, dtype=env.dtype, requires_grad=True)
         q, k, v, grad = make(), make(), make(), make().detach()
         P = mixing_matrix(T, H, hd, device=env.device).to(env.dtype)
-        fns = {"softmax": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-               "mixing": lambda: causal_mix(P, v, config["mix_block"]), "mixing dense": lambda: causal_mix(P, v, T)}
+        fns = {"softmax": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), "mixing": lambda: mix(P, v)}
         fns = {name: torch.compile(fn) if config["compile"] else fn for name, fn in fns.items()}
-        times = {name: [] for name in OPS}
+        times = {name: [] for name in PRODUCTS}
         for _ in range(config["repeats"]):  # each a median of back-to-back calls over 0.2 s (torch.utils.benchmark)
-            for name in OPS:  # on the threads a training step uses (the timer's default is one)
+            for name in PRODUCTS:  # on the threads a training step uses (the timer's default is one)
                 timer = benchmark.Timer("fn().backward(grad)", globals={"fn": fns[name], "grad": grad},
                                         num_threads=torch.get_num_threads())
                 times[name].append(timer.blocked_autorange(min_run_time=0.2).median)
-        row = {"T": T, "batch": B, "heads": H, "head_size": hd, "block": config["mix_block"]}
-        for name in OPS:
+        row = {"T": T, "batch": B, "heads": H, "head_size": hd}
+        for name in PRODUCTS:
             ms = 1e3 * statistics.median(times[name])
             row[name] = {"ms": ms, "gflops": PRODUCTS[name] * B * H * T * (T + 1) * hd / ms / 1e6,
                          "ms_all": [1e3 * t for t in times[name]]}
-        row["block_speedup"] = row["mixing dense"]["ms"] / row["mixing"]["ms"]
         row["mixing_over_softmax"] = row["softmax"]["ms"] / row["mixing"]["ms"]
         rows.append(row)
-        print(f"  op T={T}: softmax {row['softmax']['ms']:.2f} ms, mixing {row['mixing']['ms']:.2f} ms, dense "
-              f"{row['mixing dense']['ms']:.2f} ms", flush=True)
+        print(f"  op T={T}: softmax {row['softmax']['ms']:.2f} ms, mixing {row['mixing']['ms']:.2f} ms", flush=True)
         del P, q, k, v
     return rows
-
-
-def block_step(env, config):
-    """A MixiT training step, its causal product in blocks of mix_block rows against one dense one, interleaved."""
-    shape, block = SIZES[config["size"]]["step"], config["mix_block"]
-    shapes = {"dense": dict(shape, mix_block=shape["block_size"]), "blocks": dict(shape, mix_block=block)}
-    runs = {name: [] for name in shapes}
-    for _ in range(config["repeats"]):
-        for name, s in shapes.items():
-            runs[name].append(time_training(env, s, "mixing", config["steps"], 1, config["warmup"],
-                                            config["compile"])["ms_median"])
-    return {**shape, "block": block, **{f"{n}_ms": statistics.median(ms) for n, ms in runs.items()}, "ms_all": runs,
-            "speedup": statistics.median(runs["dense"]) / statistics.median(runs["blocks"])}
 
 
 def smoke(env, config, attn, out):
@@ -339,12 +320,8 @@ def report(results, env):
         out += [f"## The attention op\n\nForward and backward alone, batch {results['op'][0]['batch']}, "
                 f"{results['op'][0]['heads']} heads of {results['op'][0]['head_size']}: ms, the median of "
                 f"{cfg['repeats']} interleaved repeats (achieved GFLOP/s of the work a causal op needs)\n",
-                table(results["op"], {"T": "T", **{f"{n} ms (GFLOP/s)": flops(n) for n in OPS},
-                                      "dense / blocks": "block_speedup", "softmax / mixing": "mixing_over_softmax"})]
-        s = results["step"]
-        out.append(f"A MixiT training step ({describe(s)}), blocks of {s['block']} rows against one dense product, "
-                   f"{cfg['repeats']} interleaved repeats: {s['dense_ms']:.1f} ms dense, {s['blocks_ms']:.1f} ms in "
-                   f"blocks ({s['speedup']:.2f}x)\n")
+                table(results["op"], {"T": "T", **{f"{n} ms (GFLOP/s)": flops(n) for n in PRODUCTS},
+                                      "softmax / mixing": "mixing_over_softmax"})]
     for a, p in results.get("profile", {}).items():
         out += [f"## Profile: {a}\n\n`profile_{a}.txt`: {p['steps']} steps by {p['sort']}; the top 5:\n",
                 table(p["top"], {"op": lambda t: f"`{t['name'][:70]}`", "ms/step": "ms_per_step",
@@ -426,7 +403,7 @@ def main(argv):
             plot_sweep(sweep_points(results["sweep"]), results["sweep"][0], os.path.join(out, "sweep.png"))
             write(results, env, out)
         if "op" in wanted:
-            results["op"], results["step"] = mixing_op(env, config), block_step(env, config)
+            results["op"] = mixing_op(env, config)
             write(results, env, out)
         for a in attns if "smoke" in wanted else ():
             results.setdefault("smoke", []).append(row := smoke(env, config, a, out))

@@ -56,7 +56,6 @@ class MixiTConfig:
     centring: str = "mean"  # non-causal mixing: rows centred on their mean | reference: row sum / (i+1), rows off 1
     depth_alpha: float = 0.0  # > 0: every model h = h + (base_depth/n_layer)^alpha f(h), MixiT's A without I
     base_depth: float = 4.0
-    mix_block: int = 256  # causal mixing: rows multiplied together, each block only by the columns up to its last row
 
     @property
     def layer_attn(self):
@@ -71,7 +70,7 @@ class MixiTConfig:
 
     def validate(self):
         """Raise ValueError naming what is valid."""
-        least = dict.fromkeys(("vocab_size", "block_size", "n_head", "n_embd", "mix_block"), 1) | {"n_layer": 0}
+        least = dict.fromkeys(("vocab_size", "block_size", "n_head", "n_embd"), 1) | {"n_layer": 0}
         for name, low in least.items():  # n_layer 0: embeddings, norm and head alone (a bigram, a bag of words)
             if getattr(self, name) < low:
                 raise ValueError(f"{name} must be {'positive' if low else '0 or more'}, got {getattr(self, name)}")
@@ -150,11 +149,11 @@ def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,)
     return P
 
 
-def causal_mix(P, v, block):
-    """P V for the rows P (H, t, s) of a causal matrix whose last row sees all s columns, and v (B, H, s, hd), a block
-    of rows at a time, each times the columns up to its last row: the zero upper triangle is never multiplied."""
-    ends = [(r, P.size(2) - P.size(1) + min(r + block, P.size(1))) for r in range(0, P.size(1), block)]
-    return torch.cat([torch.einsum("hts,bhsd->bhtd", P[:, r:r + block, :e], v[:, :, :e]) for r, e in ends], dim=2)
+def mix(P, v):
+    """(A - I) V: the rows P (H, t, s) of each head's fixed matrix times the values v (B, H, s, hd), one product per
+    head over the whole batch, the causal zeros included (a GPU's matmul is faster than skipping them; P @ v would
+    copy P for every sequence)."""
+    return torch.einsum("hts,bhsd->bhtd", P, v)
 
 
 # ----------------------------------------------------------------------------- the model
@@ -224,7 +223,6 @@ class Attention(nn.Module):
         super().__init__()
         C, H = config.n_embd, config.n_head
         self.n_head, self.head_dim, self.layer, self.causal = H, C // H, layer, config.causal
-        self.mix_block = config.mix_block if config.causal else config.block_size  # non-causal: one product
         self.kind = config.layer_attn[layer]
         if self.kind == "softmax":
             self.qkv = Linear(C, 3 * C, config.bias)  # W_Q, W_K, W_V in one matmul
@@ -271,8 +269,8 @@ class Attention(nn.Module):
             (v,) = self.heads(v)
             if cache is not None:
                 _, v = cache.update(self.layer, None, v)
-            P = self.mixing_rows(pos, t).to(v.dtype)  # A V = V + (A - I) V: the causal zeros skipped a block at a time
-            y = v[:, :, -t:] + causal_mix(P, v, self.mix_block)
+            P = self.mixing_rows(pos, t).to(v.dtype)  # (H, t, s)
+            y = v[:, :, -t:] + mix(P, v)  # A V = V + (A - I) V
         else:
             q, k, v = self.qkv_heads(x, pos)
             if cache is not None:

@@ -37,7 +37,7 @@ import report
 import sample
 import train
 from common import ConfigError, cli, setup
-from mixit import ATTNS, KVCache, MixiT, MixiTConfig, causal_mix, gaussian_pairs, hash32, mixing_matrix, seed_key
+from mixit import ATTNS, KVCache, MixiT, MixiTConfig, gaussian_pairs, hash32, mixing_matrix, seed_key
 
 torch.set_num_threads(1)  # tiny models: one thread is as fast, and a busy shared CPU cannot stall it
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -725,46 +725,6 @@ def test_cache_filled_in_chunks_matches_one_forward(attn):
         parts = [model(idx[:, a:b], cache=cache)[0] for a, b in ((0, 5), (5, 6), (6, 12))]
     assert cache.pos == 12 and torch.allclose(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-4)
     assert [k is None for k in cache.k] == [a in ("mixing", "learned_mixing") for a in model.config.layer_attn]
-
-
-@pytest.mark.parametrize("t", [3, 4, 5, 8, 11])
-def test_causal_mixing_in_blocks_is_the_dense_product(t):
-    """Rows a block at a time (here 4), each times the columns up to its last row: the dense product's output and
-    gradients (of the matrix and of the values) to float32 rounding, at t below, at and above a block and at t not a
-    multiple of it; for a prefix of the matrix and for its last t rows (new tokens after a cache)."""
-    P = torch.randn(3, 11, 11)
-    for rows in (P[:, :t, :t], P[:, 11 - t:]):
-        rows, s = rows.clone().requires_grad_(), rows.size(2)
-        v, out_grad = torch.randn(2, 3, s, 5, requires_grad=True), torch.randn(2, 3, t, 5)
-        causal = lambda R: R * torch.ones(t, s).tril(s - t)  # row i sees columns <= s - t + i
-        dense = torch.einsum("hts,bhsd->bhtd", causal(rows), v)
-        blocked = causal_mix(causal(rows), v, 4)
-        assert torch.allclose(blocked, dense, atol=1e-6)
-        for a, b in zip(torch.autograd.grad(blocked, (rows, v), out_grad), torch.autograd.grad(dense, (rows, v), out_grad)):
-            assert torch.allclose(a, b, atol=1e-5)
-
-
-@pytest.mark.parametrize("attn", ["mixing", "learned_mixing", "smfl"])
-def test_models_mix_in_blocks_as_densely(attn):
-    """Blocks of 4 rows (the model's are config.mix_block) against one dense product: the same logits and gradients in
-    training (in float64: the order of the sums then moves nothing that RMSNorm's float32 statistics would see), the
-    same cached generation; learned mixing's future entries still get no gradient."""
-    model = tiny_model(attn=attn, block_size=16, n_layer=4, init_std=0.1).double()
-    idx = torch.randint(0, 32, (2, 16))
-
-    def logits_and_grads(block):
-        for b in model.blocks:
-            b.attn.mix_block = block
-        model.zero_grad()
-        model(idx, idx.roll(-1, 1))[1].backward()
-        return model(idx)[0], {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-
-    (dense, dense_grads), (blocked, grads) = logits_and_grads(16), logits_and_grads(4)
-    assert torch.allclose(blocked, dense, atol=1e-12) and grads.keys() == dense_grads.keys()
-    assert all(torch.allclose(grads[n], dense_grads[n], rtol=1e-9, atol=1e-12) for n in grads)
-    assert all(not b.attn.mixing.grad.triu(1).any() for b in model.blocks if b.attn.kind == "learned_mixing")
-    prompt = torch.randint(0, 32, (2, 3))
-    assert torch.equal(model.generate(prompt, 20, top_k=1), model.generate(prompt, 20, top_k=1, use_cache=False))
 
 
 def test_a_learned_mixing_matrix_stays_causal_and_learns():
@@ -1746,13 +1706,15 @@ def test_step_shares_cover_the_step_once():
         train.step_shares(3, 5, types.SimpleNamespace(world_size=2, rank=0))
 
 
-@pytest.mark.parametrize("world, peak, line", [
-    (1, 1.2e12, "32,000 tok/s, mfu 8.0%, eta 0m01s"),  # 3e6 FLOPs x 32,000 tokens/s of 1.2e12 FLOP/s
-    (2, 1.2e12, "32,000 tok/s over 2 processes, mfu 4.0% per process, eta 0m01s"),  # tokens of all, MFU of one device
-    (1, None, "32,000 tok/s, mfu n/a, eta 0m01s")])  # no known peak
-def test_progress_line_of_a_step(world, peak, line):
+@pytest.mark.parametrize("world, peak, device, line", [
+    (1, 1.2e12, "cpu", "32,000 tok/s, mfu 8.0%, eta 0m01s"),  # 3e6 FLOPs x 32,000 tokens/s of 1.2e12 FLOP/s
+    (2, 1.2e12, "cpu", "32,000 tok/s over 2 processes, mfu 4.0% per process, eta 0m01s"),  # tokens of all, one's MFU
+    (1, None, "cpu", "32,000 tok/s, mfu n/a, eta 0m01s"),  # no known peak
+    (1, None, "cuda", "32,000 tok/s, mfu n/a, peak 1.50 GiB, eta 0m01s")])  # the GPU's peak memory so far
+def test_progress_line_of_a_step(world, peak, device, line, monkeypatch):
     """iter 5 of 10 at 0.25 s a step of 8000 tokens: 32,000 tokens/s, 5 steps left of 0.25 s."""
-    env = types.SimpleNamespace(world_size=world, ddp=world > 1)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 1.5 * 2 ** 30)  # a stand-in for the GPU's
+    env = types.SimpleNamespace(world_size=world, ddp=world > 1, device_type=device, device=torch.device(device))
     got = train.progress(5, {"max_iters": 10}, torch.tensor(1.23456), 3e-4, 0.25, 8000, 3e6, peak, env)
     assert got == "iter 5/10: loss 1.2346, lr 3.00e-04, 250.0 ms/iter, " + line
 
@@ -2762,34 +2724,25 @@ def test_cpu_run_writes_every_table(tmp_path, capsys):
     assert "## Context sweep" in capsys.readouterr().out  # the tables are printed too
 
 
-def test_op_part_times_blocks_against_dense_and_softmax(tmp_path, monkeypatch, request):
-    """The attention op alone at each T (block 4 here: T = 3, 8, 10 below, at twice and not at a multiple of it) and a
-    training step in blocks against the dense one: models of mix_block 10 (T) and 4."""
+def test_op_part_times_mixing_against_softmax(tmp_path, monkeypatch, request):
+    """The attention op alone at each T, on the threads a training step uses (torch.utils.benchmark's default is
+    one): each variant's ms, its rate on the causal work, and softmax's time over MixiT's."""
     monkeypatch.setitem(bench.SIZES["tiny"], "op", dict(batch=1, heads=2, head_size=4, Ts=(3, 8, 10)))
-    monkeypatch.setitem(bench.SIZES["tiny"], "step", dict(n_layer=1, n_embd=16, n_head=2, block_size=10, batch_size=2,
-                                                         accum=1, vocab_size=32))
-    built, products, threads = [], set(), set()  # the models' mix_block; the op's blocks of rows and threads
-    monkeypatch.setattr(bench, "MixiT", lambda config, *a: built.append(config.mix_block) or MixiT(config, *a))
-    monkeypatch.setattr(bench, "causal_mix", lambda P, v, block: products.add(block) or
-                        threads.add(torch.get_num_threads()) or causal_mix(P, v, block))
-    torch.set_num_threads(2)  # the op is timed on the threads a training step uses, not torch.utils.benchmark's one
+    torch.set_num_threads(2)
     request.addfinalizer(lambda: torch.set_num_threads(1))
-    monkeypatch.setattr(bench.benchmark.Timer, "blocked_autorange", lambda self, min_run_time: types.SimpleNamespace(
-        median=self.timeit(2).median))  # two calls are enough to check the plumbing
+    threads = set()
+    monkeypatch.setattr(bench.benchmark.Timer, "blocked_autorange", lambda self, min_run_time: threads.add(
+        self._task_spec.num_threads) or types.SimpleNamespace(median=self.timeit(2).median))  # two calls: plumbing
     out = tmp_path / "b"
-    assert cli(bench.main, ["--device=cpu", "--parts=op", "--steps=1", "--repeats=2", "--warmup=1", "--mix_block=4",
-                            f"--out_dir={out}"]) == 0
+    assert cli(bench.main, ["--device=cpu", "--parts=op", "--repeats=2", f"--out_dir={out}"]) == 0
     results = json.loads((out / "bench.json").read_text())
-    assert [r["T"] for r in results["op"]] == [3, 8, 10] and all(r["block"] == 4 for r in results["op"])
-    assert built == [10, 4, 10, 4] and products == {4, 3, 8, 10}  # the step: dense, then blocks; the op: 4 and T
-    assert threads == {2}
+    assert [r["T"] for r in results["op"]] == [3, 8, 10] and threads == {2}
     for row in results["op"]:
-        assert all(row[name]["ms"] > 0 and len(row[name]["ms_all"]) == 2 for name in bench.OPS)
-        assert row["block_speedup"] == pytest.approx(row["mixing dense"]["ms"] / row["mixing"]["ms"])
-        assert row["mixing"]["gflops"] == pytest.approx(2 * 2 * row["T"] * (row["T"] + 1) * 4 / row["mixing"]["ms"] / 1e6)
-    step = results["step"]
-    assert step["block"] == 4 and step["block_size"] == 10 and len(step["ms_all"]["dense"]) == 2
-    assert step["speedup"] == pytest.approx(step["dense_ms"] / step["blocks_ms"])
+        assert all(row[name]["ms"] > 0 and len(row[name]["ms_all"]) == 2 for name in bench.PRODUCTS)
+        assert row["mixing_over_softmax"] == pytest.approx(row["softmax"]["ms"] / row["mixing"]["ms"])
+        for name, products in (("softmax", 6), ("mixing", 2)):
+            work = products * 2 * row["T"] * (row["T"] + 1) * 4
+            assert row[name]["gflops"] == pytest.approx(work / row[name]["ms"] / 1e6)
     assert "## The attention op" in (out / "bench.md").read_text()
 
 

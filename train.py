@@ -280,7 +280,9 @@ def progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, p
     return (f"iter {iter_num}/{config['max_iters']}: loss {loss.item():.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms/iter, "
             f"{tok_s:,.0f} tok/s" + (f" over {env.world_size} processes" if env.ddp else "")
             + f", mfu {'n/a' if mfu is None else f'{mfu * 100:.1f}%'}{' per process' if env.ddp else ''}, "
-            f"eta {format_time((config['max_iters'] - iter_num) * dt)}")
+            + (f"peak {torch.cuda.max_memory_allocated(env.device) / 2 ** 30:.2f} GiB, " if env.device_type == "cuda"
+               else "")
+            + f"eta {format_time((config['max_iters'] - iter_num) * dt)}")
 
 
 def train_run(config, task, env, stop):

@@ -46,7 +46,9 @@ CLAIMS = {
         ("depth_L16_mixit", "dyck_16", "val_acc", ("depth_L2_mixit", RANDOM + " mixit"), RANDOM + " mixit", "lower")],
     "Frozen-QK is competitive on language modeling; MixiT trails": [
         ("lm_cpu", "wikitext2_bytes", "val_loss", "softmax", "frozen_qk", "higher"),
-        ("lm_cpu", "wikitext2_bytes", "val_loss", "frozen_qk", H16, "higher")],
+        ("lm_cpu", "wikitext2_bytes", "val_loss", "frozen_qk", H16, "higher"),
+        ("lm_gpu", "wikitext2", "val_loss", "softmax", "frozen_qk", "higher", ("lm_gpu_bigram", "softmax")),
+        ("lm_gpu", "wikitext2", "val_loss", "frozen_qk", "mixing", "higher", ("lm_gpu_bigram", "softmax"))],
     "MixiT matches the standard transformer on sentiment classification": [
         ("yelp_standard", "yelp_polarity", "val_acc", "softmax standard", H16 + " standard", "match",
          ("yelp_bow", "softmax")),
@@ -55,7 +57,7 @@ CLAIMS = {
 }
 DEPTH = "python train.py configs/depth_cpu.py --seeds=3 --task=dyck_16 --freeze=blocks --batch_size=128 " \
         "--max_iters=600 --learning_rate=3e-3"
-COMMANDS = {  # what made each folder (each writes out/FOLDER), on a 2-core CPU, one thread a run
+COMMANDS = {  # what made each folder (each writes out/FOLDER): on a 2-core CPU, one thread a run, or one GPU (lm_gpu)
     "heads_cpu": "python train.py configs/heads_cpu.py --seeds=5",
     "modadd_47_6k": "python train.py configs/arithmetic_cpu.py --seeds=5 --task=modadd_47 --attn=softmax,mixing "
                     "--max_iters=6000 --out_dir=out/modadd_47_6k",
@@ -69,6 +71,9 @@ COMMANDS = {  # what made each folder (each writes out/FOLDER), on a 2-core CPU,
     **{f"depth_L{n}_{p}": f"{DEPTH} --n_layer={n} --parametrization={p} --out_dir=out/depth_L{n}_{p}"
        for n in (2, 16) for p in ("standard", "mixit")},
     "lm_cpu": "python train.py configs/lm_cpu.py --attn=all --seeds=3",
+    "lm_gpu": "python train.py configs/lm_gpu.py --attn=all --seeds=3 --compile=False",
+    "lm_gpu_bigram": "python train.py configs/lm_gpu.py --attn=softmax --n_layer=0 --seeds=3 --compile=False "
+                     "--out_dir=out/lm_gpu_bigram",
     "yelp_standard": "python train.py configs/yelp_cpu.py --attn=softmax,mixing --parametrization=standard --seeds=5 "
                      "--out_dir=out/yelp_standard",
     "yelp_mixit": "python train.py configs/yelp_cpu.py --attn=mixing --seeds=3 --out_dir=out/yelp_mixit",
