@@ -23,6 +23,7 @@ MIXING = ("mixing", "learned_mixing")  # attention that never reads its input
 FREEZES = ("", "mlp", "blocks")
 QK_INITS = ("paper", "reference")
 PARAMETRIZATIONS = ("auto", "mixit", "standard")
+MIXIT_PARTS = ("residual", "activation", "multipliers", "positions")  # MixiT's parametrization, part by part
 POOLS, PADS, CENTRINGS = ("mean", "last"), ("masked", "attended"), ("mean", "reference")  # classifier options
 
 
@@ -35,6 +36,7 @@ class MixiTConfig:
     n_embd: int = 128
     attn: str = "softmax"  # softmax | frozen_qk | mixing | learned_mixing, or one letter per layer: "mmsm"
     parametrization: str = "auto"  # mixit | standard | auto: MixiT's when any layer mixes
+    standard_parts: str = ""  # MixiT's parametrization with these parts standard (a comma list of MIXIT_PARTS)
     freeze: str = ""  # "" | mlp | blocks
     causal: bool = True
     n_classes: int = 0  # 0: a language model over the vocabulary; > 0: a sequence classifier
@@ -68,6 +70,10 @@ class MixiTConfig:
         return self.parametrization == "mixit" or (self.parametrization == "auto" and
                                                    any(a in MIXING for a in self.layer_attn))
 
+    def mixit_part(self, part):
+        """One part of MixiT's parametrization: on where the parametrization is, unless standard_parts names it."""
+        return self.mixit_param and part not in self.standard_parts.split(",")
+
     def validate(self):
         """Raise ValueError naming what is valid."""
         least = dict.fromkeys(("vocab_size", "block_size", "n_head", "n_embd"), 1) | {"n_layer": 0}
@@ -88,6 +94,9 @@ class MixiTConfig:
             raise ValueError(f"rotary embeddings need an even head size, got {self.n_embd // self.n_head}")
         if self.mean_head and self.n_head < 2:
             raise ValueError(f"mean_head needs n_head >= 2 (head 0 is the sink, head 1 the mean), got {self.n_head}")
+        if unknown := set(filter(None, self.standard_parts.split(","))) - set(MIXIT_PARTS):
+            raise ValueError(f"unknown standard_parts {min(unknown)!r}; valid: a comma list of "
+                             + ", ".join(MIXIT_PARTS))
         if self.seed < 0 or not 0.0 <= self.skip <= 1.0:
             raise ValueError(f"skip must lie in [0, 1] and seed be >= 0, got skip={self.skip}, seed={self.seed}")
 
@@ -171,7 +180,9 @@ class Linear(nn.Linear):
 
 
 def width_mult(config, fan_in, base=None):  # MixiT's sqrt(base / fan_in): its layers keep their scale in width
-    return math.sqrt((config.base_width if base is None else base) / fan_in) if config.mixit_param else 1.0
+    if not config.mixit_part("multipliers"):
+        return 1.0
+    return math.sqrt((config.base_width if base is None else base) / fan_in)
 
 
 class RMSNorm(nn.Module):
@@ -303,7 +314,7 @@ class MLP(nn.Module):
         C = config.n_embd
         self.gate_up = Linear(C, 8 * C, config.bias, width_mult(config, C))  # W_G and W_U in one matmul
         self.down = Linear(4 * C, C, config.bias, width_mult(config, 4 * C, config.base_ffn))
-        self.shaped = config.mixit_param
+        self.shaped = config.mixit_part("activation")
         self.slope = 1 + config.cminus / math.sqrt(C)  # shaped activation: near-linear, slope 1 + c/sqrt(d)
         self.gain = math.sqrt(2 / (1 + self.slope ** 2))  # its gain keeps the variance: calculate_gain('leaky_relu')
 
@@ -321,7 +332,7 @@ class Block(nn.Module):
         self.norm2, self.mlp = RMSNorm(config.n_embd), MLP(config)
         # residual scaling h = s h + r f(h): s^2 + r^2 = 1 keeps the hidden norm constant in depth (MixiT), a plain sum
         # otherwise; depth_alpha > 0 (the reference's LM launchers): s = 1 and r = (base_depth / n_layer)^alpha
-        preserving, alpha = config.mixit_param and not config.depth_alpha, config.depth_alpha
+        preserving, alpha = config.mixit_part("residual") and not config.depth_alpha, config.depth_alpha
         self.s = config.skip if preserving else 1.0
         self.r = math.sqrt(1 - self.s ** 2) if preserving else (config.base_depth / config.n_layer) ** alpha
 
@@ -344,7 +355,7 @@ class MixiT(nn.Module):
         self.config, C = config, config.n_embd
         attended = config.n_classes and config.pads == "attended" and 0 <= config.pad_id < config.vocab_size
         self.wte = nn.Embedding(config.vocab_size, C, padding_idx=config.pad_id if attended else None)  # pads at 0
-        self.wpe = nn.Embedding(config.block_size, C) if config.mixit_param else None  # learned absolute positions
+        self.wpe = nn.Embedding(config.block_size, C) if config.mixit_part("positions") else None  # learned positions
         self.blocks = nn.ModuleList(Block(config, layer, device, mixing_dtype) for layer in range(config.n_layer))
         self.norm = RMSNorm(C)
         self.head = Linear(C, config.n_classes or config.vocab_size, False, width_mult(config, C))  # untied

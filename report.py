@@ -32,6 +32,8 @@ def describe_model(m):
         parts.append("layers " + " ".join(m.layer_attn))
     parts.append(f"MixiT parametrization (multipliers base {m.base_width:g}, skip {m.skip:.3g}, c- {m.cminus:g})"
                  if m.mixit_param else "standard parametrization")
+    if m.mixit_param and m.standard_parts:
+        parts.append(f"standard {m.standard_parts.replace(',', ', ')}")
     if "frozen_qk" in m.layer_attn:
         parts.append("frozen W_Q, W_K ~ " + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
     if m.mean_head and any(a in MIXING for a in m.layer_attn):

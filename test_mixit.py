@@ -37,7 +37,7 @@ import report
 import sample
 import train
 from common import ConfigError, cli, setup
-from mixit import ATTNS, KVCache, MixiT, MixiTConfig, gaussian_pairs, hash32, mixing_matrix, seed_key
+from mixit import ATTNS, MIXIT_PARTS, KVCache, MixiT, MixiTConfig, gaussian_pairs, hash32, mixing_matrix, seed_key
 
 torch.set_num_threads(1)  # tiny models: one thread is as fast, and a busy shared CPU cannot stall it
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -476,6 +476,23 @@ def test_softmax_fuses_qkv_and_mixing_has_no_query_key_or_rotary():
     softmax = [n for n, _ in tiny_model().named_parameters()]
     assert "blocks.0.attn.qkv.weight" in softmax and "wpe.weight" not in softmax
     assert "blocks.0.mlp.gate_up.weight" in softmax
+
+
+def test_mixits_parametrization_part_by_part():
+    """standard_parts turns each part of MixiT's parametrization into the standard one's alone; all four together
+    give the standard parametrization's model, logit for logit; an unknown part names the valid ones."""
+    idx = torch.randint(0, 32, (2, 8))
+    logits = lambda **kw: tiny_model(attn="mixing", init_std=0.2, **kw).eval()(idx)[0]
+    standard, mixit = logits(parametrization="standard"), logits()
+    assert torch.equal(logits(standard_parts=",".join(MIXIT_PARTS)), standard)
+    for part in MIXIT_PARTS:  # each part alone moves the output away from both
+        one = logits(standard_parts=part)
+        assert not torch.allclose(one, mixit) and not torch.allclose(one, standard), part
+    model = tiny_model(attn="mixing", standard_parts="residual,positions")
+    assert model.wpe is None and model.blocks[0].s == model.blocks[0].r == 1.0  # the plain sum h + f(h)
+    assert model.blocks[0].mlp.shaped and model.blocks[0].mlp.gate_up.mult != 1.0  # the other two stay MixiT's
+    with pytest.raises(ValueError, match="unknown standard_parts 'skip'; valid: a comma list of residual, activation"):
+        tiny_model(attn="mixing", standard_parts="skip")
 
 
 def test_each_layer_is_built_as_its_pattern_says():

@@ -47,6 +47,7 @@ seeds = 1  # run seeds seed .. seed+seeds-1 and report mean ± std
 # model
 attn = "all"  # softmax | frozen_qk | mixing | learned_mixing | a letter per layer (mmsm); a list; all: the first 3
 parametrization = "auto"  # mixit | standard | auto: MixiT's (residual scaling, shaped MLP, multipliers, wpe) if mixing
+standard_parts = ""  # MixiT's parametrization with some parts standard: residual, activation, multipliers, positions
 freeze = ""  # '' | mlp | blocks, or a comma list
 unfreeze_at = "never"  # when frozen parts start training: never, a step (2000) or a share of max_iters (50%); a list
 n_layer = 2
