@@ -7,7 +7,7 @@
 # The floors: accuracy's chance level, the loss of a counted bigram, the induction score at init, 0 bits, or the
 # trained floor named (the bag of words, a model of no layers).
 # At 5 seeds where MixiT's fixed matrices move a run (few heads, modular addition) or a difference is within twice
-# the summed spreads (retrieval, Yelp against the bag of words), 3 elsewhere.
+# the summed spreads (retrieval, Yelp against the bag of words, depth in the standard parametrization), 3 elsewhere.
 H16, H64 = "mixing h=16", "mixing h=64"
 RANDOM, MIXIT = "softmax freeze=blocks", "mixing h=16 freeze=blocks"  # embedding-only: every block frozen at init
 CLAIMS = {
@@ -55,7 +55,7 @@ CLAIMS = {
         ("yelp_standard", "yelp_polarity", "val_acc", "softmax standard", ("yelp_mixit", H16), "match",
          ("yelp_bow", "softmax"))],
 }
-DEPTH = "python train.py configs/depth_cpu.py --seeds=3 --task=dyck_16 --freeze=blocks --batch_size=128 " \
+DEPTH = "python train.py configs/depth_cpu.py --task=dyck_16 --freeze=blocks --batch_size=128 " \
         "--max_iters=600 --learning_rate=3e-3"
 COMMANDS = {  # what made each folder (each writes out/FOLDER): on a 2-core CPU, one thread a run, or one GPU (lm_gpu)
     "heads_cpu": "python train.py configs/heads_cpu.py --seeds=5",
@@ -68,7 +68,8 @@ COMMANDS = {  # what made each folder (each writes out/FOLDER): on a 2-core CPU,
     "memorization_cpu": "python train.py configs/memorization_cpu.py --seeds=3",
     "retrieval_cpu": "python train.py configs/retrieval_cpu.py --seeds=5",
     "capacity_cpu": "python train.py configs/capacity_cpu.py --seeds=3",
-    **{f"depth_L{n}_{p}": f"{DEPTH} --n_layer={n} --parametrization={p} --out_dir=out/depth_L{n}_{p}"
+    **{f"depth_L{n}_{p}": f"{DEPTH} --seeds={5 if p == 'standard' else 3} --n_layer={n} --parametrization={p} "
+                          f"--out_dir=out/depth_L{n}_{p}"
        for n in (2, 16) for p in ("standard", "mixit")},
     "lm_cpu": "python train.py configs/lm_cpu.py --attn=all --seeds=3",
     "lm_gpu": "python train.py configs/lm_gpu.py --attn=all --seeds=3 --compile=False",
