@@ -72,9 +72,8 @@ COMMANDS = {  # what made each folder (each writes out/FOLDER): on a 2-core CPU,
                           f"--out_dir=out/depth_L{n}_{p}"
        for n in (2, 16) for p in ("standard", "mixit")},
     "lm_cpu": "python train.py configs/lm_cpu.py --attn=all --seeds=3",
-    "lm_gpu": "python train.py configs/lm_gpu.py --attn=all --seeds=3 --compile=False",
-    "lm_gpu_bigram": "python train.py configs/lm_gpu.py --attn=softmax --n_layer=0 --seeds=3 --compile=False "
-                     "--out_dir=out/lm_gpu_bigram",
+    "lm_gpu": "python train.py configs/lm_gpu.py --attn=all --seeds=3",
+    "lm_gpu_bigram": "python train.py configs/lm_gpu.py --attn=softmax --n_layer=0 --seeds=3 --out_dir=out/lm_gpu_bigram",
     "yelp_standard": "python train.py configs/yelp_cpu.py --attn=softmax,mixing --parametrization=standard --seeds=5 "
                      "--out_dir=out/yelp_standard",
     "yelp_mixit": "python train.py configs/yelp_cpu.py --attn=mixing --seeds=3 --out_dir=out/yelp_mixit",
