@@ -12,6 +12,8 @@
 # Frozen-MLP at 4x, and MixiT in the standard parametrization (attention apart from parametrization) at 1x and 4x:
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=softmax --freeze=mlp --max_iters=6000 --out_dir=out/capacity_frozen_mlp_6k
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --parametrization=standard --out_dir=out/capacity_mixit_std
+# MixiT's parametrization with one part standard (residual, activation, multipliers or positions), e.g.:
+#   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --standard_parts=activation --out_dir=out/capacity_part_activation
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --parametrization=standard --max_iters=6000 --out_dir=out/capacity_mixit_std_6k
 # MixiT and Frozen-MLP, not at a plateau by 6,000 steps, at 16x:
 #   python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= --max_iters=24000 --eval_interval=6000 --out_dir=out/capacity_mixit_24k

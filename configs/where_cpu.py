@@ -18,6 +18,8 @@
 # Six more seeds of the two patterns whose spreads were too wide to call, in each parametrization:
 #   python train.py configs/where_cpu.py --task=retrieval_4 --attn=ssss,mssm --seed=3 --seeds=6 --parametrization=mixit --out_dir=out/where_more_mixit
 #   python train.py configs/where_cpu.py --task=retrieval_4 --attn=ssss,mssm --seed=3 --seeds=6 --parametrization=standard --out_dir=out/where_more_standard
+# One softmax layer at each place, six more seeds:
+#   python train.py configs/where_cpu.py --task=retrieval_4 --attn=smmm,msmm,mmsm,mmms --seed=3 --seeds=6 --out_dir=out/where_one_more
 task = "retrieval_4,mqar_3,induction_6"
 out_dir = "out/where_cpu"
 attn = "mmmm,ssss,smmm,msmm,mmsm,mmms"
