@@ -15,6 +15,11 @@
 # The same with MixiT's head 1 the prefix mean (--mean_head=True), which a random softmax layer forms at init:
 #   python train.py configs/depth_cpu.py --seeds=3 --task=dyck_16 --freeze=blocks --attn=mixing --mean_head=True \
 #       --n_layer=2 --batch_size=128 --max_iters=600 --learning_rate=3e-3 --out_dir=out/depth_dyck_mean/L2  # L4-L16
+# The random transformer at 16 layers in MixiT's parametrization with one of its parts standard (residual,
+# activation, multipliers or positions), e.g.:
+#   python train.py configs/depth_cpu.py --seeds=3 --task=dyck_16 --freeze=blocks --batch_size=128 --max_iters=600 \
+#       --learning_rate=3e-3 --n_layer=16 --parametrization=mixit --attn=softmax --standard_parts=residual \
+#       --out_dir=out/depth_part_residual
 task = "addition_3"
 out_dir = "out/depth_cpu"
 attn = "softmax,mixing"
