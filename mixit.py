@@ -94,9 +94,8 @@ class MixiTConfig:
             raise ValueError(f"rotary embeddings need an even head size, got {self.n_embd // self.n_head}")
         if self.mean_head and self.n_head < 2:
             raise ValueError(f"mean_head needs n_head >= 2 (head 0 is the sink, head 1 the mean), got {self.n_head}")
-        if unknown := set(filter(None, self.standard_parts.split(","))) - set(MIXIT_PARTS):
-            raise ValueError(f"unknown standard_parts {min(unknown)!r}; valid: a comma list of "
-                             + ", ".join(MIXIT_PARTS))
+        if bad := set(filter(None, self.standard_parts.split(","))) - set(MIXIT_PARTS):
+            raise ValueError(f"unknown standard_parts {min(bad)!r}; valid: a comma list of " + ", ".join(MIXIT_PARTS))
         if self.seed < 0 or not 0.0 <= self.skip <= 1.0:
             raise ValueError(f"skip must lie in [0, 1] and seed be >= 0, got skip={self.skip}, seed={self.seed}")
 
@@ -159,9 +158,8 @@ def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,)
 
 
 def mix(P, v):
-    """(A - I) V: the rows P (H, t, s) of each head's fixed matrix times the values v (B, H, s, hd), one product per
-    head over the whole batch, the causal zeros included (a GPU's matmul is faster than skipping them; P @ v would
-    copy P for every sequence)."""
+    """(A - I) V: rows P (H, t, s) of each head's fixed matrix times v (B, H, s, hd), one product a head, its causal
+    zeros included (on a GPU faster than skipping them; P @ v would copy P for every sequence)."""
     return torch.einsum("hts,bhsd->bhtd", P, v)
 
 
@@ -180,9 +178,7 @@ class Linear(nn.Linear):
 
 
 def width_mult(config, fan_in, base=None):  # MixiT's sqrt(base / fan_in): its layers keep their scale in width
-    if not config.mixit_part("multipliers"):
-        return 1.0
-    return math.sqrt((config.base_width if base is None else base) / fan_in)
+    return math.sqrt((base or config.base_width) / fan_in) if config.mixit_part("multipliers") else 1.0
 
 
 class RMSNorm(nn.Module):
@@ -280,8 +276,7 @@ class Attention(nn.Module):
             (v,) = self.heads(v)
             if cache is not None:
                 _, v = cache.update(self.layer, None, v)
-            P = self.mixing_rows(pos, t).to(v.dtype)  # (H, t, s)
-            y = v[:, :, -t:] + mix(P, v)  # A V = V + (A - I) V
+            y = v[:, :, -t:] + mix(self.mixing_rows(pos, t).to(v.dtype), v)  # A V = V + (A - I) V
         else:
             q, k, v = self.qkv_heads(x, pos)
             if cache is not None:
