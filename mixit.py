@@ -25,6 +25,7 @@ QK_INITS = ("paper", "reference")
 PARAMETRIZATIONS = ("auto", "mixit", "standard")
 MIXIT_PARTS = ("residual", "activation", "multipliers", "positions")  # MixiT's parametrization, part by part
 POOLS, PADS, CENTRINGS = ("mean", "last"), ("masked", "attended"), ("mean", "reference")  # classifier options
+FIXED_HEADS = ("", "mean", "previous")  # MixiT's head 1: random, the prefix mean, the previous token
 
 
 @dataclass
@@ -54,7 +55,7 @@ class MixiTConfig:
     cminus: float = -1.0  # MixiT's parametrization: the shaped activation's slope is 1 + cminus/sqrt(d)
     mix_beta: float = 1.0  # mixing: scale of the centred noise around the identity
     sigma_min: float = 0.0  # mixing: the noise std's lowest value; 0: 1/sqrt(T d_h), the paper's (rises with heads)
-    mean_head: bool = False  # mixing: head 1 is the prefix mean (row i averages positions 0..i), beside the sink head
+    fixed_head: str = ""  # mixing: head 1 a known pattern beside the sink: "" none | mean (prefix mean) | previous token
     centring: str = "mean"  # non-causal mixing: rows centred on their mean | reference: row sum / (i+1), rows off 1
     depth_alpha: float = 0.0  # > 0: every model h = h + (base_depth/n_layer)^alpha f(h), MixiT's A without I
     base_depth: float = 4.0
@@ -84,7 +85,7 @@ class MixiTConfig:
             raise ValueError(f"unknown attn {self.attn!r}; valid: {', '.join(ATTNS)}, or one letter per layer for "
                              f"n_layer={self.n_layer} (s softmax, f frozen_qk, m mixing, l learned_mixing)")
         for name, valid in (("freeze", FREEZES), ("qk_init", QK_INITS), ("parametrization", PARAMETRIZATIONS),
-                            ("pool", POOLS), ("pads", PADS), ("centring", CENTRINGS)):
+                            ("pool", POOLS), ("pads", PADS), ("centring", CENTRINGS), ("fixed_head", FIXED_HEADS)):
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: "
                                  + ", ".join(repr(v) if v == "" else v for v in valid))
@@ -92,8 +93,8 @@ class MixiTConfig:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
         if (self.n_embd // self.n_head) % 2 and any(a not in MIXING for a in self.layer_attn):
             raise ValueError(f"rotary embeddings need an even head size, got {self.n_embd // self.n_head}")
-        if self.mean_head and self.n_head < 2:
-            raise ValueError(f"mean_head needs n_head >= 2 (head 0 is the sink, head 1 the mean), got {self.n_head}")
+        if self.fixed_head and self.n_head < 2:
+            raise ValueError(f"fixed_head needs n_head >= 2 (head 0 is the sink, head 1 the fixed), got {self.n_head}")
         if bad := set(filter(None, self.standard_parts.split(","))) - set(MIXIT_PARTS):
             raise ValueError(f"unknown standard_parts {min(bad)!r}; valid: a comma list of " + ", ".join(MIXIT_PARTS))
         if self.seed < 0 or not 0.0 <= self.skip <= 1.0:
@@ -127,10 +128,10 @@ def gaussian_pairs(index, key):
 
 
 def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=None, rows=128,
-                  identity=True, centring="mean", mean_head=False, sigma_min=0.0):
+                  identity=True, centring="mean", fixed_head="", sigma_min=0.0):
     """MixiT's fixed attention less its identity, (n_head, T, T) float32: A_h - I where A_h = I + beta * (N_h -
     rowmean(N_h)), whose rows sum to 1; identity=False: A_h = beta * (N_h - rowmean(N_h)), std 1/sqrt(T) in every head.
-    Head 0 is a sink; with mean_head, head 1 the prefix mean. Built where it is used, rows at a time: no host copy."""
+    Head 0 is a sink; head 1 may be fixed_head's pattern. Built where it is used, rows at a time: no host copy."""
     T, pairs = block_size, (block_size + 1) // 2
     P, lo, hi = torch.zeros(n_head, T, T, device=device), sigma_min or 1 / math.sqrt(T * head_dim), 1 / math.sqrt(T)
     for h in range(1, n_head):
@@ -150,10 +151,13 @@ def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,)
         P[1:].diagonal(dim1=1, dim2=2).sub_(1.0)
     P[0].diagonal().fill_(-0.5)  # the sink head A_0 = I/2 + (token 0)/2: every token keeps half of itself
     P[0, 1:, 0] = 0.5  # and takes half of token 0 (row 0 holds only its own half)
-    if mean_head:  # A_1 = the prefix mean: row i averages positions 0..i (non-causal: every position), a running count
-        ones = torch.ones(T, T, device=device)
-        mean = ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T
-        P[1] = mean - torch.eye(T, device=device)
+    if fixed_head:
+        ones, eye = torch.ones(T, T, device=device), torch.eye(T, device=device)
+        if fixed_head == "mean":  # A_1 = the prefix mean: row i averages positions 0..i (non-causal: all), a count
+            P[1] = (ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T) - eye
+        else:  # A_1 = the previous token: row i reads position i - 1 (row 0 itself), a shift by one
+            P[1] = torch.diag(torch.ones(T - 1, device=device), -1) - eye
+            P[1, 0, 0] = 0.0
     return P
 
 
@@ -239,7 +243,7 @@ class Attention(nn.Module):
         else:
             P = mixing_matrix(config.block_size, H, self.head_dim, config.causal, config.mix_beta, (config.seed, 1,
                               layer), device, identity=not config.depth_alpha, centring=config.centring,
-                              mean_head=config.mean_head, sigma_min=config.sigma_min)
+                              fixed_head=config.fixed_head, sigma_min=config.sigma_min)
             if self.kind == "learned_mixing":  # trained from MixiT's init, causal entries only (masked in use)
                 self.mixing = nn.Parameter(P)
             else:  # fixed: a function of the seed, rebuilt rather than saved; cast once to the compute dtype

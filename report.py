@@ -36,8 +36,8 @@ def describe_model(m):
         parts.append(f"standard {m.standard_parts.replace(',', ', ')}")
     if "frozen_qk" in m.layer_attn:
         parts.append("frozen W_Q, W_K ~ " + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
-    if m.mean_head and any(a in MIXING for a in m.layer_attn):
-        parts.append("mixing head 1 the prefix mean")
+    if m.fixed_head and any(a in MIXING for a in m.layer_attn):
+        parts.append("mixing head 1 the " + ("prefix mean" if m.fixed_head == "mean" else "previous token"))
     if m.sigma_min and any(a in MIXING for a in m.layer_attn):
         parts.append(f"noise std from {m.sigma_min:.3g}")
     if m.depth_alpha:

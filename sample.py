@@ -231,7 +231,7 @@ def show_propagation(config):
 
 # ----------------------------------------------------------------------------- what attention can express
 
-VARIANTS = {"MixiT": dict(attn="mixing"), "MixiT, mean head": dict(attn="mixing", mean_head=True),
+VARIANTS = {"MixiT": dict(attn="mixing"), "MixiT, mean head": dict(attn="mixing", fixed_head="mean"),
             "softmax": dict(attn="softmax"), "Frozen-QK": dict(attn="frozen_qk")}  # at init, on random tokens
 LENGTHS, HEAD_COUNTS = (16, 64), (4, 16, 64, 256)  # the probe at init: one layer of width 512
 

@@ -259,10 +259,11 @@ def test_peak_flops_from_the_datasheet_or_measured(fake_cuda):
     assert common.peak_flops("mps") is None
 
 
-@pytest.mark.parametrize("argv,expected", [(["--n_embd=64"], 64), (["--compile=True"], True), (["--attn=mixing"], "mixing"),
-                                           (["--mean_head"], True)])  # a bare --flag turns a bool option on
-def test_configurator_types(argv, expected):
-    config = common.configure(train.DEFAULTS, argv, train.RULES)
+@pytest.mark.parametrize("script,argv,expected", [
+    (train, ["--n_embd=64"], 64), (train, ["--compile=True"], True), (train, ["--attn=mixing"], "mixing"),
+    (train, ["--fixed_head=previous"], "previous"), (sample, ["--induction"], True)])  # a bare --flag turns a bool on
+def test_configurator_types(script, argv, expected):
+    config = common.configure(script.DEFAULTS, argv, script.RULES, files=False)
     assert config[argv[0][2:].partition("=")[0]] == expected
 
 
@@ -553,24 +554,30 @@ def test_sigma_min_holds_the_noise_range_as_heads_change():
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_the_mean_head_averages_the_prefix_and_changes_no_other_head(causal):
-    """mean_head: head 1 of A is the prefix mean (row i: 1/(i+1) on positions 0..i, nothing on the future; non-causal:
-    1/T everywhere), its rows sum to 1; every other head is bit for bit the paper's MixiT, the default."""
+def test_a_fixed_head_holds_its_pattern_and_changes_no_other_head(causal):
+    """fixed_head: head 1 of A is the prefix mean (row i: 1/(i+1) on positions 0..i, nothing on the future; non-causal:
+    1/T everywhere) or the previous token (row i: 1 at i - 1, row 0 at itself), its rows sum to 1; every other head is
+    bit for bit the paper's MixiT, the default."""
     T, H, hd = 12, 4, 8
-    paper, with_mean = (mixing_matrix(T, H, hd, causal, seed=(3, 1, 0), mean_head=m) for m in (False, True))
-    mean = torch.eye(T) + with_mean[1]
+    paper, mean, previous = (mixing_matrix(T, H, hd, causal, seed=(3, 1, 0), fixed_head=f)
+                             for f in ("", "mean", "previous"))
     i, j = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
     expected = torch.where(j <= i, 1 / (i + 1.0), 0.0) if causal else torch.full((T, T), 1 / T)
-    assert torch.allclose(mean, expected, atol=1e-7) and torch.allclose(mean.sum(-1), torch.ones(T))
-    assert torch.equal(with_mean[[0, 2, 3]], paper[[0, 2, 3]])
+    assert torch.allclose(torch.eye(T) + mean[1], expected, atol=1e-7)
+    assert torch.equal(torch.eye(T) + previous[1], (j == (i - 1).clamp(min=0)).float())
+    for fixed in (mean, previous):
+        assert torch.allclose((torch.eye(T) + fixed[1]).sum(-1), torch.ones(T))
+        assert torch.equal(fixed[[0, 2, 3]], paper[[0, 2, 3]])
     assert torch.equal(paper, mixing_matrix(T, H, hd, causal, seed=(3, 1, 0)))  # off: the paper's MixiT
-    model = tiny_model(attn="mixing", mean_head=True, block_size=16, init_std=0.3).eval()
+    model = tiny_model(attn="mixing", fixed_head="mean", block_size=16, init_std=0.3).eval()
     assert torch.allclose(torch.eye(16) + model.blocks[1].attn.mixing[1], torch.ones(16, 16).tril() /
                           torch.arange(1, 17.0).view(-1, 1), atol=1e-7)
     prompt = torch.randint(0, 32, (2, 5))
     assert torch.equal(model.generate(prompt, 20, top_k=1), model.generate(prompt, 20, top_k=1, use_cache=False))
-    with pytest.raises(ValueError, match="mean_head needs n_head >= 2"):
-        tiny_model(attn="mixing", mean_head=True, n_head=1)
+    with pytest.raises(ValueError, match="fixed_head needs n_head >= 2"):
+        tiny_model(attn="mixing", fixed_head="mean", n_head=1)
+    with pytest.raises(ValueError, match="unknown fixed_head 'prev'; valid: '', mean, previous"):
+        tiny_model(attn="mixing", fixed_head="prev")
 
 
 def test_fixed_matrices_are_rebuilt_from_the_seed_not_saved():
@@ -2489,7 +2496,7 @@ def test_express_probe_at_init_and_on_a_checkpoint(tmp_path, capsys, monkeypatch
     assert mean["MixiT", 2] > mean["MixiT", 4] > 0.5
     assert cli(sample.main, ["--express=init", f"--out_dir={tmp_path}"]) == 0
     assert "MixiT, mean head" in capsys.readouterr().out and is_png(tmp_path / "express.png", 20_000)
-    assert run_train(tmp_path / "run", "--task=dyck_8", "--attn=mixing", "--mean_head=True", "--max_iters=2", *FAST) == 0
+    assert run_train(tmp_path / "run", "--task=dyck_8", "--attn=mixing", "--fixed_head=mean", "--max_iters=2", *FAST) == 0
     assert run_sample(tmp_path / "run", "--express=ckpt") == 0
     rows = [line.replace("at init", "init").split() for line in capsys.readouterr().out.splitlines()]
     assert [r[:3] for r in rows if r[:1] in (["0"], ["1"])] == [[layer, model, "0.000"] for layer in "01" for model in
@@ -2589,14 +2596,13 @@ MIXIT_PARAM = "MixiT parametrization (multipliers base 512, skip 0.707, c- -1)"
 
 @pytest.mark.parametrize("kw, described", [
     (dict(attn="mixing"), MIXIT_PARAM),
-    (dict(attn="mixing", mean_head=True), f"{MIXIT_PARAM}, mixing head 1 the prefix mean"),
-    (dict(attn="softmax", mean_head=True), "standard parametrization"),  # no mixing head to hold the mean
-    (dict(attn="ms", mean_head=True), f"layers mixing softmax, {MIXIT_PARAM}, mixing head 1 the prefix mean"),
+    (dict(attn="mixing", fixed_head="mean"), f"{MIXIT_PARAM}, mixing head 1 the prefix mean"),
+    (dict(attn="softmax", fixed_head="mean"), "standard parametrization"),  # no mixing head to hold the mean
+    (dict(attn="ms", fixed_head="previous"), f"layers mixing softmax, {MIXIT_PARAM}, mixing head 1 the previous token"),
     (dict(attn="fl", n_classes=2, causal=False), f"layers frozen_qk learned_mixing, {MIXIT_PARAM}, frozen W_Q, W_K ~ "
                                                  f"N(0, 1/n), mean pooling, pads masked, mean centring")])
 def test_model_description_of_each_setting(kw, described):
-    """The description in the log, results.md and runs.json: only a MixiT run with mean_head on has a prefix-mean
-    head."""
+    """The description in the log, results.md and runs.json: only a MixiT run with fixed_head set names its head 1."""
     assert report.describe_model(MixiTConfig(**{**TINY, **kw})) == f"2 layers x 32, 4 heads, {described}"
 
 

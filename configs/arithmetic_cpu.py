@@ -31,16 +31,16 @@
 #   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_16 --attn=mixing --max_iters=6000 \
 #       --out_dir=out/dyck_cpu_long
 # What MixiT's fixed attention can express (python sample.py --express=init): Dyck asks for the balance of a prefix,
-# a running count, which the span of MixiT's heads barely holds. With head 1 the prefix mean (--mean_head=True), then
+# a running count, which the span of MixiT's heads barely holds. With head 1 the prefix mean (--fixed_head=mean), then
 # MixiT as the paper builds it on the same machine, and learned mixing (any input-independent pattern, 4 heads):
-#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_8,dyck_16,dyck_30 --attn=mixing --mean_head=True \
+#   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_8,dyck_16,dyck_30 --attn=mixing --fixed_head=mean \
 #       --out_dir=out/express_cpu
 #   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_16 --attn=mixing --out_dir=out/express_paper
 #   python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_8,dyck_16,dyck_30 --attn=learned_mixing \
 #       --out_dir=out/express_learned
 # and where MixiT already works, the main job's runs (python train.py --attn=mixing) with the mean head, and without:
 #   python train.py configs/arithmetic_cpu.py --seeds=3 --task=addition_3,memorize_32,retrieval_6 --attn=mixing \
-#       --mean_head=True --n_embd=128 --mixing_heads=64 --batch_size=64 --max_iters=1000 --learning_rate=1e-3 \
+#       --fixed_head=mean --n_embd=128 --mixing_heads=64 --batch_size=64 --max_iters=1000 --learning_rate=1e-3 \
 #       --out_dir=out/express_main
 #   python train.py configs/arithmetic_cpu.py --seeds=3 --task=addition_3,memorize_32,retrieval_6 --attn=mixing \
 #       --n_embd=128 --mixing_heads=64 --batch_size=64 --max_iters=1000 --learning_rate=1e-3 --out_dir=out/express_main_paper

@@ -12,8 +12,8 @@
 #       --max_iters=600 --learning_rate=3e-3 --out_dir=out/depth_dyck_cpu/L2        # and L4, L8, L16 with --n_layer
 #   python report.py out/depth_dyck_cpu/L2 out/depth_dyck_cpu/L4 out/depth_dyck_cpu/L8 out/depth_dyck_cpu/L16 \
 #       --out_dir=out/depth_dyck_cpu
-# The same with MixiT's head 1 the prefix mean (--mean_head=True), which a random softmax layer forms at init:
-#   python train.py configs/depth_cpu.py --seeds=3 --task=dyck_16 --freeze=blocks --attn=mixing --mean_head=True \
+# The same with MixiT's head 1 the prefix mean (--fixed_head=mean), which a random softmax layer forms at init:
+#   python train.py configs/depth_cpu.py --seeds=3 --task=dyck_16 --freeze=blocks --attn=mixing --fixed_head=mean \
 #       --n_layer=2 --batch_size=128 --max_iters=600 --learning_rate=3e-3 --out_dir=out/depth_dyck_mean/L2  # L4-L16
 # The random transformer at 16 layers in MixiT's parametrization with one of its parts standard (residual,
 # activation, multipliers or positions), e.g.:

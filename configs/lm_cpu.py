@@ -13,7 +13,14 @@
 # (without an offline copy, drop --src: prepare.py downloads WikiText-2.) configs/wikitext2_bpe_cpu.py is the
 # GPT-2 BPE version of this run, configs/lm_paper.py the paper's setup.
 # MixiT with head 1 the prefix mean (configs/arithmetic_cpu.py says why):
-#   python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --mean_head=True --out_dir=out/lm_cpu_mean
+#   python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --fixed_head=mean --out_dir=out/lm_cpu_mean
+# and with head 1 the previous token (the pattern the trained softmax model forms and MixiT's heads cannot):
+#   python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --fixed_head=previous --out_dir=out/lm_cpu_previous
+# At other learning rates:
+#   python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --learning_rate=1e-3 --min_lr=1e-4 --out_dir=out/lm_cpu_lr1e-3
+#   python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --learning_rate=1e-2 --min_lr=1e-3 --out_dir=out/lm_cpu_lr1e-2
+# In bf16 autocast, the dtype a GPU run takes (here on the CPU):
+#   python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --dtype=bfloat16 --out_dir=out/lm_cpu_bf16
 # The floor, a model of 0 layers (byte embedding, norm, head: a bigram) at the same budget; every run logs the counted
 # bigram's loss as val_loss_floor:
 #   python train.py configs/lm_cpu.py --attn=softmax --n_layer=0 --seeds=3 --out_dir=out/lm_bigram

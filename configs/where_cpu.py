@@ -20,6 +20,9 @@
 #   python train.py configs/where_cpu.py --task=retrieval_4 --attn=ssss,mssm --seed=3 --seeds=6 --parametrization=standard --out_dir=out/where_more_standard
 # One softmax layer at each place, six more seeds:
 #   python train.py configs/where_cpu.py --task=retrieval_4 --attn=smmm,msmm,mmsm,mmms --seed=3 --seeds=6 --out_dir=out/where_one_more
+# The same for one Frozen-QK layer at each place, and for the other pairs of softmax layers:
+#   python train.py configs/where_cpu.py --task=retrieval_4 --attn=fmmm,mfmm,mmfm,mmmf --seed=3 --seeds=6 --out_dir=out/where_frozen_more
+#   python train.py configs/where_cpu.py --task=retrieval_4 --attn=ssmm,smsm,smms,msms,mmss --seed=3 --seeds=6 --out_dir=out/where_two_more
 task = "retrieval_4,mqar_3,induction_6"
 out_dir = "out/where_cpu"
 attn = "mmmm,ssss,smmm,msmm,mmsm,mmms"

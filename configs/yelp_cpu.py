@@ -24,7 +24,7 @@
 #   python train.py configs/yelp_cpu.py --seeds=3 --eval_interval=50 --attn=softmax,mixing --parametrization=mixit --out_dir=out/yelp_mixit
 #   python train.py configs/yelp_cpu.py --seeds=3 --eval_interval=50 --attn=softmax --n_layer=0 --out_dir=out/yelp_bow
 # MixiT with head 1 the prefix mean (configs/arithmetic_cpu.py says why):
-#   python train.py configs/yelp_cpu.py --attn=mixing --seeds=3 --mean_head=True --out_dir=out/yelp_cpu_mean
+#   python train.py configs/yelp_cpu.py --attn=mixing --seeds=3 --fixed_head=mean --out_dir=out/yelp_cpu_mean
 task = "yelp_polarity"
 out_dir = "out/yelp_cpu"
 n_layer = 2
