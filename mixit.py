@@ -151,13 +151,11 @@ def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,)
         P[1:].diagonal(dim1=1, dim2=2).sub_(1.0)
     P[0].diagonal().fill_(-0.5)  # the sink head A_0 = I/2 + (token 0)/2: every token keeps half of itself
     P[0, 1:, 0] = 0.5  # and takes half of token 0 (row 0 holds only its own half)
-    if fixed_head:
-        ones, eye = torch.ones(T, T, device=device), torch.eye(T, device=device)
-        if fixed_head == "mean":  # A_1 = the prefix mean: row i averages positions 0..i (non-causal: all), a count
-            P[1] = (ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T) - eye
-        else:  # A_1 = the previous token: row i reads position i - 1 (row 0 itself), a shift by one
-            P[1] = torch.diag(torch.ones(T - 1, device=device), -1) - eye
-            P[1, 0, 0] = 0.0
+    if fixed_head:  # head 1 a known pattern A_1: the prefix mean (a running count) or the previous token (a shift)
+        eye, ones = torch.eye(T, device=device), torch.ones(T, T, device=device)
+        mean = ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T  # row i: positions 0..i (all)
+        previous = eye[(torch.arange(T, device=device) - 1).clamp(min=0)]  # row i: position i - 1 (row 0: itself)
+        P[1] = (mean if fixed_head == "mean" else previous) - eye
     return P
 
 

@@ -7,7 +7,8 @@
 # The floors: accuracy's chance level, the loss of a counted bigram, the induction score at init, 0 bits, or the
 # trained floor named (the bag of words, a model of no layers).
 # At 5 seeds where MixiT's fixed matrices move a run (few heads, modular addition) or a difference is within twice
-# the summed spreads (retrieval, Yelp against the bag of words, depth in the standard parametrization), 3 elsewhere.
+# the summed spreads (retrieval, Yelp against the bag of words, depth in the standard parametrization, capacity at
+# 24,000 steps), 3 elsewhere.
 H16, H64 = "mixing h=16", "mixing h=64"
 RANDOM, MIXIT = "softmax freeze=blocks", "mixing h=16 freeze=blocks"  # embedding-only: every block frozen at init
 CLAIMS = {
@@ -70,7 +71,7 @@ COMMANDS = {  # what made each folder (each writes out/FOLDER): on a 2-core CPU,
     "memorization_cpu": "python train.py configs/memorization_cpu.py --seeds=3",
     "retrieval_cpu": "python train.py configs/retrieval_cpu.py --seeds=5",
     "capacity_cpu": "python train.py configs/capacity_cpu.py --seeds=3",
-    **{f"capacity_{name}_24k": f"python train.py configs/capacity_cpu.py --seeds=3 {variant} --max_iters=24000 "
+    **{f"capacity_{name}_24k": f"python train.py configs/capacity_cpu.py --seeds=5 {variant} --max_iters=24000 "
                               f"--eval_interval=6000 --out_dir=out/capacity_{name}_24k"
        for name, variant in (("mixit", "--attn=mixing --freeze="), ("frozen_mlp", "--attn=softmax --freeze=mlp"))},
     **{f"depth_L{n}_{p}": f"{DEPTH} --seeds={5 if p == 'standard' else 3} --n_layer={n} --parametrization={p} "

@@ -23,6 +23,8 @@
 # The same for one Frozen-QK layer at each place, and for the other pairs of softmax layers:
 #   python train.py configs/where_cpu.py --task=retrieval_4 --attn=fmmm,mfmm,mmfm,mmmf --seed=3 --seeds=6 --out_dir=out/where_frozen_more
 #   python train.py configs/where_cpu.py --task=retrieval_4 --attn=ssmm,smsm,smms,msms,mmss --seed=3 --seeds=6 --out_dir=out/where_two_more
+# and with head 1 of every mixing layer the previous token (what an induction circuit writes before it matches):
+#   python train.py configs/where_cpu.py --task=retrieval_4 --attn=mfmm,mmfm,mmmf,mmmm --fixed_head=previous --seed=3 --seeds=6 --out_dir=out/where_previous
 task = "retrieval_4,mqar_3,induction_6"
 out_dir = "out/where_cpu"
 attn = "mmmm,ssss,smmm,msmm,mmsm,mmms"
