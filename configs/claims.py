@@ -17,6 +17,8 @@ CLAIMS = {
         ("heads_cpu", "addition_3", "val_acc", "softmax", "mixing h=16", "match"),
         ("modadd_47_6k", "modadd_47", "val_acc", "softmax", H16, "match"),
         ("modadd_97_6k", "modadd_97", "val_acc", "softmax", H16, "match"),
+        ("modadd_47_24k", "modadd_47", "val_acc", "softmax", H16, "match"),
+        ("modadd_97_24k", "modadd_97", "val_acc", "softmax", H16, "match"),
         ("dyck_16", "dyck_16", "val_acc", "softmax", H16, "match"),
         ("memorization_cpu", "memorize_32", "val_acc", "softmax", H16, "match"),
         ("memorization_cpu", "memorize_64", "val_acc", "softmax", H16, "match")],
@@ -62,10 +64,9 @@ DEPTH = "python train.py configs/depth_cpu.py --task=dyck_16 --freeze=blocks --b
         "--max_iters=600 --learning_rate=3e-3"
 COMMANDS = {  # what made each folder (each writes out/FOLDER): on a 2-core CPU, one thread a run, or one GPU (lm_gpu)
     "heads_cpu": "python train.py configs/heads_cpu.py --seeds=5",
-    "modadd_47_6k": "python train.py configs/arithmetic_cpu.py --seeds=5 --task=modadd_47 --attn=softmax,mixing "
-                    "--max_iters=6000 --out_dir=out/modadd_47_6k",
-    "modadd_97_6k": "python train.py configs/arithmetic_cpu.py --seeds=5 --task=modadd_97 --attn=softmax,mixing "
-                    "--max_iters=6000 --out_dir=out/modadd_97_6k",
+    **{f"modadd_{p}_{k}k": f"python train.py configs/arithmetic_cpu.py --seeds=5 --task=modadd_{p} --attn=softmax,mixing "
+                           f"--max_iters={k}000{' --eval_interval=6000' * (k == 24)} --out_dir=out/modadd_{p}_{k}k"
+       for p in (47, 97) for k in (6, 24)},
     "dyck_16": "python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_16 --attn=softmax,mixing "
                "--out_dir=out/dyck_16",
     "memorization_cpu": "python train.py configs/memorization_cpu.py --seeds=3",
