@@ -15,6 +15,8 @@ CLAIMS = {
     "MixiT matches the standard transformer on arithmetic and memorization": [
         ("heads_cpu", "addition_3", "val_acc", "softmax", H64, "match"),
         ("heads_cpu", "addition_3", "val_acc", "softmax", "mixing h=16", "match"),
+        ("heads_6k", "addition_3", "val_acc", ("heads_6k_softmax", "softmax"), H64, "match"),  # 4 times the steps
+        ("heads_6k", "addition_3", "val_acc", ("heads_6k_softmax", "softmax"), H16, "match"),
         ("modadd_47_6k", "modadd_47", "val_acc", "softmax", H16, "match"),
         ("modadd_97_6k", "modadd_97", "val_acc", "softmax", H16, "match"),
         ("modadd_47_24k", "modadd_47", "val_acc", "softmax", H16, "match"),
@@ -64,6 +66,10 @@ DEPTH = "python train.py configs/depth_cpu.py --task=dyck_16 --freeze=blocks --b
         "--max_iters=600 --learning_rate=3e-3"
 COMMANDS = {  # what made each folder (each writes out/FOLDER): on a 2-core CPU, one thread a run, or one GPU (lm_gpu)
     "heads_cpu": "python train.py configs/heads_cpu.py --seeds=5",
+    "heads_6k_softmax": "python train.py configs/heads_cpu.py --seeds=5 --attn=softmax --max_iters=6000 "
+                        "--eval_interval=1500 --out_dir=out/heads_6k_softmax",
+    "heads_6k": "python train.py configs/heads_cpu.py --seeds=5 --attn=mixing --mixing_heads=16,64 --max_iters=6000 "
+                "--eval_interval=1500 --out_dir=out/heads_6k",
     **{f"modadd_{p}_{k}k": f"python train.py configs/arithmetic_cpu.py --seeds=5 --task=modadd_{p} --attn=softmax,mixing "
                            f"--max_iters={k}000{' --eval_interval=6000' * (k == 24)} --out_dir=out/modadd_{p}_{k}k"
        for p in (47, 97) for k in (6, 24)},
