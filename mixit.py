@@ -25,7 +25,7 @@ QK_INITS = ("paper", "reference")
 PARAMETRIZATIONS = ("auto", "mixit", "standard")
 MIXIT_PARTS = ("residual", "activation", "multipliers", "positions")  # MixiT's parametrization, part by part
 POOLS, PADS, CENTRINGS = ("mean", "last"), ("masked", "attended"), ("mean", "reference")  # classifier options
-FIXED_HEADS = ("", "mean", "previous")  # MixiT's head 1: random, the prefix mean, the previous token
+FIXED_HEADS = {"": "random", "mean": "the prefix mean", "previous": "the previous token"}  # MixiT's head 1
 
 
 @dataclass

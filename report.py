@@ -18,7 +18,7 @@ matplotlib.use("Agg")  # drawing to files: no display needed
 import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
 
 from common import ConfigError, check_writable, cli, configure, format_time, write_atomic
-from mixit import ATTNS, LETTERS, MIXING
+from mixit import ATTNS, FIXED_HEADS, LETTERS, MIXING
 
 DEFAULTS = {"out_dir": "",  # where the files go; '': the folders' common parent (the folder itself, given one)
             "runs_dir": "assets/runs"}  # a claims file's comparisons: the stored summaries, or a folder of your own
@@ -37,7 +37,7 @@ def describe_model(m):
     if "frozen_qk" in m.layer_attn:
         parts.append("frozen W_Q, W_K ~ " + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
     if m.fixed_head and any(a in MIXING for a in m.layer_attn):
-        parts.append("mixing head 1 the " + ("prefix mean" if m.fixed_head == "mean" else "previous token"))
+        parts.append("mixing head 1 " + FIXED_HEADS[m.fixed_head])
     if m.sigma_min and any(a in MIXING for a in m.layer_attn):
         parts.append(f"noise std from {m.sigma_min:.3g}")
     if m.depth_alpha:
