@@ -7,7 +7,9 @@ and headline scores against training cost (cost.png); the pictures of sample.py'
   python report.py configs/claims.py                         # every claim's verdict, from the stored runs
   python report.py configs/claims.py --runs_dir=out          # ... from your own runs of the same commands
 """
+import functools
 import json
+import math
 import os
 import sys
 
@@ -63,13 +65,16 @@ def summarize(runs, histories):
     return table
 
 
-# ----------------------------------------------------------------------------- the verdict rule
+# ----------------------------------------------------------------------------- the verdict rule: Welch's t
 
-MATCH = 0.02  # two scores match where their means differ by less than this
+MATCH = 0.02  # a match: the difference's 90 % interval inside ± this (two one-sided tests at 5 % each)
 DIRECTIONS = ("higher", "lower", "match", "fails")  # the other model against the first; fails: it stays at its floor
 NOT_REPRODUCED = "not reproduced at this scale"
-RULE_NOTE = (f"each score beside its floor (cleared: beyond it by more than the summed stds), the difference beside "
-             f"the summed stds, the steps, and the word for each direction (a match: within {MATCH}).")
+PLATEAU_GAP = 0.05  # seeds on two plateaus: a gap in their sorted values wider than this and 3 stds of either side
+RULE_NOTE = (f"each score beside its floor (cleared: its one-sided 95 % interval excludes it), the difference other "
+             f"- first with its 95 % interval and two-sided p (Welch's t), the steps, seeds on two plateaus, and the "
+             f"word for each direction (a match: the 90 % interval inside ±{MATCH}; not shown: with the seeds a model "
+             f"that would decide it at the observed means and spreads).")
 
 
 def mean_std(values):
@@ -77,58 +82,128 @@ def mean_std(values):
     return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
-def clears(scores, floor, lower_better):
-    """Does a score clear its floor (a level, or a trained floor's per-seed scores) by more than their summed stds?"""
-    (s, s_std), (f, f_std) = mean_std(scores), mean_std(floor)
-    return (f - s if lower_better else s - f) > s_std + f_std
+def t_tail(t, df):
+    """P(T > t) for Student's t with df >= 1 degrees of freedom: the density integrated over x = |t|/u, u in (0, 1]."""
+    u = np.linspace(1e-8, 1.0, 4001)
+    x = abs(t) / u
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    y = np.exp(log_norm - (df + 1) / 2 * np.log1p(x * x / df)) * x / u  # the density times dx/du = |t| / u²
+    tail = float((y[1:] + y[:-1]).sum() / 2 * (u[1] - u[0]))  # the trapezoid rule
+    return tail if t > 0 else 0.5 if t == 0 else 1 - tail
 
 
-def verdict(scores, floors, steps, direction, lower_better=False):
+@functools.lru_cache(maxsize=None)
+def t_quantile(p, df):
+    """The t with P(T <= t) = p, for p >= 1/2: bisection on the tail."""
+    lo, hi = 0.0, 1e3
+    for _ in range(32):
+        lo, hi = ((lo + hi) / 2, hi) if t_tail((lo + hi) / 2, df) > 1 - p else (lo, (lo + hi) / 2)
+    return (lo + hi) / 2
+
+
+def contrast(terms, conf):
+    """Σ w·mean over independent samples, terms [(w, (mean, std, n))]: the value, its conf interval by Welch's t
+    (Welch-Satterthwaite degrees of freedom; a level is a sample with std 0) and the two-sided p against 0."""
+    value = sum(w * m for w, (m, _, _) in terms)
+    parts = [((w * s) ** 2 / n, n) for w, (_, s, n) in terms]
+    se = math.sqrt(sum(v for v, _ in parts))
+    if se == 0:  # no sample has a spread: the value is exact
+        return value, (value, value), float(value == 0)
+    df = se ** 4 / sum(v ** 2 / (n - 1) for v, n in parts if v)
+    half = t_quantile((1 + conf) / 2, df) * se
+    return value, (value - half, value + half), 2 * t_tail(abs(value) / se, df)
+
+
+def sample(values):
+    return (*mean_std(values), len(values))
+
+
+def floor_reading(score, floor, lower_better):
+    """A score against its floor by the one-sided 95 % bounds of the difference: 'clears' it (beyond), 'at' it (below
+    it or within MATCH of it), or neither (None)."""
+    _, (lo, hi), _ = contrast([(1, score), (-1, floor)], 0.90)
+    lo, hi = (-hi, -lo) if lower_better else (lo, hi)
+    return "clears" if lo > 0 else "at" if hi < MATCH else None
+
+
+def compare(a, b, floor, direction, lower_better):
+    """What the difference of b against a shows: higher or lower values, or b competitive (better than the midpoint of
+    a and floor: b keeps more than half of a's gain over floor), by the 95 % interval (no: reversed beyond it); a
+    match by the 90 % interval inside ±MATCH (no: wholly outside it)."""
+    if direction == "match":
+        _, (lo, hi), _ = contrast([(1, b), (-1, a)], 0.90)
+        return "yes" if -MATCH < lo and hi < MATCH else "no" if lo >= MATCH or hi <= -MATCH else "not shown"
+    _, (lo, hi), _ = contrast([(1, b), (-1, a)] if direction != "competitive" else [(1, b), (-.5, a), (-.5, floor)], .95)
+    lo, hi = (-hi, -lo) if direction == "lower" or direction == "competitive" and lower_better else (lo, hi)
+    return "yes" if lo > 0 else "no" if hi < 0 else "not shown"
+
+
+def decide(a, b, floors, direction, lower_better):
+    """The claim's word from two samples (mean, std, n) and their floors': a score the claim needs at its floor is not
+    reproduced (with what the difference alone shows); fails: the other at its floor while the first clears its."""
+    first, other = (floor_reading(s, f, lower_better) for s, f in zip((a, b), floors))
+    if direction == "fails":
+        return NOT_REPRODUCED if first != "clears" else {"clears": "no", "at": "yes"}.get(other, "not shown")
+    word = compare(a, b, floors[1], direction, lower_better)
+    return word if first == other == "clears" else f"{NOT_REPRODUCED} (the difference alone: {word})"
+
+
+def verdict(scores, floors, steps, direction, lower_better=False, most=100):
     """The word for a claim about two models, the first and the other: scores and floors are their per-seed lists,
-    steps their budgets, direction the claim's for the other against the first (DIRECTIONS). Equal budgets and two
-    seeds each come first; then yes needs every score above its floor (a model that fails, below its own) and the
-    direction beyond the summed spreads (a match: means within MATCH); no: reversed, or not apart beyond the spreads."""
+    steps their budgets, direction the claim's for the other against the first (DIRECTIONS, or competitive). Equal
+    budgets and two seeds each come first; not shown comes with the fewest seeds a model (up to most) at which the
+    observed means and spreads would decide it."""
     if steps[0] != steps[1]:
         return "unequal budgets"
     if min(map(len, scores)) < 2:
         return "spread unknown"
-    first, other = (clears(s, f, lower_better) for s, f in zip(scores, floors))
-    if direction == "fails":
-        return NOT_REPRODUCED if not first else "no" if other else "yes"
-    if not (first and other):
-        return NOT_REPRODUCED
-    (a, a_std), (b, b_std) = map(mean_std, scores)
-    if direction == "match":
-        return "yes" if abs(b - a) < MATCH else "no"
-    return "yes" if (b - a if direction == "higher" else a - b) > a_std + b_std else "no"
+    (a, b), floors = map(sample, scores), list(map(sample, floors))
+    word, n = decide(a, b, floors, direction, lower_better), max(a[2], b[2])
+    at = lambda s, n: (s[0], s[1], n)  # a sample with n seeds
+    while word == "not shown" and n < most:
+        n += 1
+        if decide(at(a, n), at(b, n), [at(f, n) for f in floors], direction, lower_better) != "not shown":
+            return f"not shown ({n} seeds a model would decide it)"
+    return word if word != "not shown" else f"not shown (more than {most} seeds a model at this spread)"
 
 
-def claim_word(words):
-    """A claim's word from its settings': yes or no on all, partly where they differ; undecided ones named apart."""
-    decided = [w for w in words if w in ("yes", "no", NOT_REPRODUCED)]
-    if not decided:
-        return "undecided"
-    undecided = len(words) - len(decided)
-    word = decided[0] if len(set(decided)) == 1 else "partly" if "yes" in decided else "no"
-    return word + (f" ({undecided} of {len(words)} settings undecided)" if undecided else "")
+def plateaus(values):
+    """Per-seed values on two plateaus, split at the widest gap of the sorted values where it is wider than
+    PLATEAU_GAP and three times the std of either side, at 4 seeds or more: how many land on each, and the values; else ''."""
+    v = np.sort(values)
+    k = int(np.argmax(np.diff(v))) + 1 if len(v) > 3 else 0
+    if not k or v[k] - v[k - 1] <= max(PLATEAU_GAP, 3 * v[:k].std(), 3 * v[k:].std()):
+        return ""
+    return f"{k} near {v[:k].mean():.3g}, {len(v) - k} near {v[k:].mean():.3g} ({', '.join(f'{x:.3g}' for x in values)})"
 
 
-def rule_cells(first, other, metric, trained_floor=None):
+def part_word(words, labels):
+    """A part of a claim: its settings' one word, or each word with the settings (labels) that read it."""
+    base = [w.split(" (")[0] for w in words]
+    groups = {w: [lab for b, lab in zip(base, labels) if b == w] for w in dict.fromkeys(base)}
+    return base[0] if len(groups) == 1 else "; ".join(f"{w} {' and '.join(labs)}" for w, labs in groups.items())
+
+
+def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS):
     """What the rule reads of two models' runs (finals of one task) on metric: the two scores beside their floors
-    (each run's logged level, 0 where the score has none, or a trained floor's per-seed scores), the difference beside
-    the summed spreads, the steps, and the word for each direction."""
+    (each run's logged level, 0 where the score has none, or a trained floor's per-seed scores), the difference with
+    its interval (90 % for a match alone, else 95 %) and p, the steps, plateaus, and the word for each direction."""
     lower_better = metric == "val_loss"
     scores = [[r[metric] for r in runs] for runs in (first, other)]
     floors = [trained_floor or [r.get(LEVELS[metric][0], 0.0) if metric in LEVELS else 0.0 for r in runs]
               for runs in (first, other)]
     steps = [runs[0]["iter"] for runs in (first, other)]
-    (a, a_std), (b, b_std) = map(mean_std, scores)
-    spread = f"{a_std + b_std:.3g}" if min(map(len, scores)) > 1 else "unknown (one seed)"
+    conf = 0.90 if directions == ("match",) else 0.95
+    diff, (lo, hi), p = contrast([(1, sample(scores[1])), (-1, sample(scores[0]))], conf)
+    interval = f" [{lo:+.3g}, {hi:+.3g}] {conf:.0%}, p {p:.2g}" if min(map(len, scores)) > 1 else " (one seed)"
+    (a, _), (b, _), (f, _) = mean_std(scores[0]), mean_std(scores[1]), mean_std(floors[1])
+    interval += f"; keeps {(f - b) / (f - a):.0%} of the first's gain over the floor" * (directions == ("competitive",))
     shown = lambda s, f: f"{mean_std(s)[0]:.4g}" + (f" ± {mean_std(s)[1]:.2g}" if len(s) > 1 else "") + \
-        f" ({'clears' if clears(s, f, lower_better) else 'not above'} {mean_std(f)[0]:.4g})"
-    return {"scores (floors)": " / ".join(map(shown, scores, floors)),
-            "difference (spread)": f"{b - a:+.3g} ({spread})", "steps": " / ".join(f"{s:,}" for s in steps),
-            **{d: verdict(scores, floors, steps, d, lower_better) for d in DIRECTIONS}}
+        f" ({'clears' if floor_reading(sample(s), sample(f), lower_better) == 'clears' else 'not above'} " \
+        f"{mean_std(f)[0]:.4g})"
+    return {"scores (floors)": " / ".join(map(shown, scores, floors)), "difference [interval], p": f"{diff:+.3g}"
+            + interval, "steps": " / ".join(f"{s:,}" for s in steps), "two plateaus": " / ".join(map(plateaus, scores))
+            .strip(" /"), **{d: verdict(scores, floors, steps, d, lower_better) for d in directions}}
 
 
 def rule_rows(finals):
@@ -434,8 +509,8 @@ def claims_report(path, runs_dir):
 
     def runs(folder, task_name, variant):  # a variant's finals; of another comparison: (its folder, the variant)
         folder, variant = variant if isinstance(variant, tuple) else (folder, variant)
-        if folder not in used:
-            used[folder] = read_json(os.path.join(runs_dir, folder, "runs.json"))
+        if folder not in used:  # folders joined by +: the runs of several commands (more seeds of one)
+            used[folder] = [r for f in folder.split("+") for r in read_json(os.path.join(runs_dir, f, "runs.json"))]
         found = [r for r in used[folder] if r["task"] == task_name and r["variant"] == variant]
         if not found:
             held = "; ".join(sorted({f"{r['task']}: {r['variant']}" for r in used[folder]}))
@@ -445,17 +520,19 @@ def claims_report(path, runs_dir):
     name = lambda v: "{1} ({0})".format(*v) if isinstance(v, tuple) else v  # a variant as the tables show it
 
     for claim, rows in claims.items():
-        words = []
-        for folder, task_name, metric, first, other, direction, *floor in rows:  # floor: a trained floor
+        parts = {}
+        for part, label, folder, task_name, metric, first, other, direction, *floor in rows:  # floor: a trained one
             trained = [r[metric] for r in runs(folder, task_name, floor[0])] if floor else None
-            cells = rule_cells(runs(folder, task_name, first), runs(folder, task_name, other), metric, trained)
-            words.append(cells[direction])
-            settings.append({"claim": claim, "comparison": f"{folder}: {task_name}, {metric}" + (
-                f", floor {name(floor[0])}" if floor else ""), "first / other": f"{name(first)} / {name(other)}",
-                **{k: cells[k] for k in ("scores (floors)", "difference (spread)", "steps")},
-                "the claim": direction, "word": cells[direction]})
-        verdicts.append({"claim": claim, "verdict": claim_word(words), "settings": ", ".join(words)})
-    commands = [{"comparison": f, "command": f"`{commands[f]}`" if f in commands else "none given", "runs": len(finals),
+            cells = rule_cells(runs(folder, task_name, first), runs(folder, task_name, other), metric, trained,
+                               (direction,))
+            parts.setdefault(part, []).append((cells[direction], label))
+            settings.append({"claim": claim, "part": f"{part}, {label}", "comparison": f"{folder}: {task_name}, {metric}"
+                             + (f", floor {name(floor[0])}" if floor else ""), "first / other": f"{name(first)} / "
+                             f"{name(other)}", **{k: v for k, v in cells.items() if k != direction},
+                             "the claim": direction, "word": cells[direction]})
+        verdicts += [{"claim": claim, "part": part, "verdict": part_word(*zip(*read))} for part, read in parts.items()]
+    commands = [{"comparison": f, "command": "; ".join(f"`{commands[p]}`" if p in commands else "none given" for p in
+                                                     f.split("+")), "runs": len(finals),
                  "machine": finals[0]["hardware"], "training time": format_time(sum(r["time"] for r in finals))}
                 for f, finals in used.items()]
     return "\n".join(table(rows, {k: k for k in rows[0]}) for rows in (verdicts, settings, commands))

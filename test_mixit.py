@@ -2933,46 +2933,85 @@ def test_cuda_torchrun_nccl_two_gpus_match_one(tmp_path):
 FLOOR3 = [0.3, 0.3, 0.3]  # a chance level, one per seed
 
 
+@pytest.mark.parametrize("p, df, published", [(0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 4, 2.776),
+                                              (0.975, 10, 2.228), (0.975, 30, 2.042), (0.95, 2, 2.920),
+                                              (0.95, 4, 2.132), (0.95, 10, 1.812), (0.95, 120, 1.658)])
+def test_t_quantiles_match_the_published_table(p, df, published):
+    assert report.t_quantile(p, df) == pytest.approx(published, abs=6e-4)
+
+
+def test_welchs_interval_and_p_on_the_textbook_pair():
+    """The textbook pair (15 values each; Welch: t = 2.46, 24.99 degrees of freedom, p = 0.021): the difference, its
+    95 % interval (t 2.060 at 25 degrees of freedom, times the standard error) and the two-sided p."""
+    a = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4]
+    b = [27.1, 22.0, 20.8, 23.4, 23.4, 23.5, 25.8, 22.0, 24.8, 20.2, 21.9, 22.1, 22.9, 20.5, 24.4]
+    diff, (lo, hi), p = report.contrast([(1, report.sample(b)), (-1, report.sample(a))], 0.95)
+    se = math.sqrt(np.var(a, ddof=1) / 15 + np.var(b, ddof=1) / 15)
+    assert diff == pytest.approx(np.mean(b) - np.mean(a)) and diff / se == pytest.approx(2.455, abs=1e-3)
+    assert (hi - lo) / 2 / se == pytest.approx(2.060, abs=2e-3) and p == pytest.approx(0.0214, abs=2e-4)
+    assert report.contrast([(1, (0.9, 0.0, 3)), (-1, (0.4, 0.0, math.inf))], 0.95) == (0.5, (0.5, 0.5), 0.0)  # exact
+
+
 @pytest.mark.parametrize("first, other, floors, steps, direction, word", [
     ([0.50, 0.52, 0.48], [0.90, 0.92, 0.88], (FLOOR3, FLOOR3), (100, 100), "higher", "yes"),
     ([0.50, 0.52, 0.48], [0.90, 0.92, 0.88], (FLOOR3, FLOOR3), (100, 100), "lower", "no"),  # reversed
-    ([0.50, 0.70, 0.30], [0.60, 0.80, 0.40], (FLOOR3, FLOOR3), (100, 100), "higher", "no"),  # 0.1 inside 0.2 + 0.2
-    ([0.50, 0.60, 0.40], [0.75, 0.85, 0.65], (FLOOR3, FLOOR3), (100, 100), "higher", "yes"),  # 0.25 beyond 0.1 + 0.1
-    ([1.00, 1.00, 1.00], [0.99, 0.995, 0.985], (FLOOR3, FLOOR3), (100, 100), "match", "yes"),  # 0.01 apart
-    ([1.00, 1.00, 1.00], [0.97, 0.97, 0.97], (FLOOR3, FLOOR3), (100, 100), "match", "no"),  # 0.03 apart
+    ([0.50, 0.60, 0.40], [0.62, 0.72, 0.52], (FLOOR3, FLOOR3), (100, 100), "higher",
+     "not shown (7 seeds a model would decide it)"),  # 0.12 within t(4) 2.776 x 0.082; 7 seeds: 2.179 x 0.053
+    ([0.50, 0.60, 0.40], [0.50, 0.60, 0.40], (FLOOR3, FLOOR3), (100, 100), "higher",
+     "not shown (more than 100 seeds a model at this spread)"),  # equal means: no count of seeds decides it
+    ([1.00, 1.00, 1.00], [0.99, 0.995, 0.985], (FLOOR3, FLOOR3), (100, 100), "match", "yes"),  # 90 %: ±0.0084
+    ([1.00, 1.00, 1.00], [0.95, 0.96, 0.94], (FLOOR3, FLOOR3), (100, 100), "match", "no"),  # [-0.067, -0.033]
+    ([1.00, 1.00, 1.00], [0.97, 0.99, 0.95], (FLOOR3, FLOOR3), (100, 100), "match",
+     "not shown (13 seeds a model would decide it)"),  # [-0.064, +0.004]; 13 seeds: -0.03 + 1.782 x 0.02 / √13
     ([0.50, 0.52, 0.48], [0.90, 0.92, 0.88], (FLOOR3, FLOOR3), (100, 400), "higher", "unequal budgets"),
     ([0.50], [0.90], ([0.3], [0.3]), (100, 100), "higher", "spread unknown"),
-    ([0.50, 0.52, 0.48], [0.39, 0.29, 0.34], (FLOOR3, FLOOR3), (100, 100), "lower", "not reproduced at this scale"),
-    ([0.50, 0.52, 0.48], [0.41, 0.31, 0.36], (FLOOR3, FLOOR3), (100, 100), "lower", "yes"),  # 0.06 above 0.3 ± 0.05
+    ([0.50, 0.52, 0.48], [0.33, 0.38, 0.28], (FLOOR3, FLOOR3), (100, 100), "lower",
+     "not reproduced at this scale (the difference alone: yes)"),  # 0.33 ± 0.05: one-sided bound below 0.3
+    ([0.50, 0.52, 0.48], [0.35, 0.36, 0.34], (FLOOR3, FLOOR3), (100, 100), "lower", "yes"),  # bound 0.333 > 0.3
     ([0.34, 0.36, 0.35], [0.90, 0.92, 0.88], ([0.5, 0.5, 0.5], FLOOR3), (100, 100), "higher",
-     "not reproduced at this scale"),  # the first below its own floor
-    ([0.50, 0.52, 0.48], [0.29, 0.31, 0.30], (FLOOR3, FLOOR3), (100, 100), "fails", "yes"),
+     "not reproduced at this scale (the difference alone: yes)"),  # the first below its own floor
+    ([0.50, 0.52, 0.48], [0.29, 0.31, 0.30], (FLOOR3, FLOOR3), (100, 100), "fails", "yes"),  # bound 0.317 < 0.32
     ([0.50, 0.52, 0.48], [0.40, 0.42, 0.38], (FLOOR3, FLOOR3), (100, 100), "fails", "no"),
+    ([0.50, 0.52, 0.48], [0.30, 0.36, 0.24], (FLOOR3, FLOOR3), (100, 100), "fails",
+     "not shown (27 seeds a model would decide it)"),  # 0.30 ± 0.06; 27 seeds: 1.706 x 0.06 / √27 < 0.02
     ([0.29, 0.31, 0.30], [0.29, 0.31, 0.30], (FLOOR3, FLOOR3), (100, 100), "fails", "not reproduced at this scale"),
     ([0.50, 0.52, 0.48], [0.90, 0.92, 0.88], ([0.45, 0.50, 0.55], [0.86, 0.90, 0.94]), (100, 100), "higher",
-     "not reproduced at this scale"),  # a trained floor: 0.9 ± 0.02 not beyond 0.9 ± 0.04
+     "not reproduced at this scale (the difference alone: yes)"),  # a trained floor: 0.9 ± 0.02 not beyond 0.9 ± 0.04
 ])
 def test_the_verdict_rule_on_hand_set_seeds(first, other, floors, steps, direction, word):
-    """One case per word and per condition: the direction beyond the summed sample stds, a match within 0.02, each
-    score beyond its floor by more than the spreads (a failing model below its own), equal steps, two seeds each."""
+    """One case per word and per condition: the direction by the difference's 95 % interval (Welch), a match by its
+    90 % interval against ±0.02, each score against its floor by its one-sided 95 % bound, equal steps, two seeds
+    each, and the seeds a model that would decide what is not shown."""
     assert report.verdict([first, other], floors, steps, direction) == word
 
 
 def test_the_verdict_rule_on_losses_reads_lower_as_better():
-    """Losses: a floor is cleared from below (a bigram's 2.35), higher means worse."""
+    """Losses: a floor is cleared from below (a bigram's 2.35), higher means worse; competitive: the other below the
+    midpoint of the first and the floor (a trained one, MixiT's 2.40 ± 0.01): more than half the gain kept."""
     softmax, mixing, floor = [1.70, 1.72, 1.74], [2.10, 2.08, 2.12], [2.35] * 3
     assert report.verdict([softmax, mixing], (floor, floor), (90, 90), "higher", lower_better=True) == "yes"
     assert report.verdict([softmax, [2.38, 2.36, 2.40]], (floor, floor), (90, 90), "higher", True) == \
-        "not reproduced at this scale"
+        "not reproduced at this scale (the difference alone: yes)"
     assert report.verdict([softmax, mixing], (floor, floor), (90, 90), "lower", lower_better=True) == "no"
+    mixit = [2.39, 2.40, 2.41]  # the midpoint of 1.72 and 2.40 is 2.06
+    for other, word in (([1.95, 1.96, 1.97], "yes"), ([2.20, 2.21, 2.22], "no"),  # 12 seeds: 2.19 x 0.0176 < 0.04
+                        ([1.96, 2.02, 2.08], "not shown (12 seeds a model would decide it)")):
+        assert report.verdict([softmax, other], (mixit, mixit), (90, 90), "competitive", True) == word
 
 
-@pytest.mark.parametrize("words, claim", [
-    (["yes", "yes"], "yes"), (["yes", "no"], "partly"), (["yes", "not reproduced at this scale"], "partly"),
-    (["no", "not reproduced at this scale"], "no"), (["not reproduced at this scale"] * 2, "not reproduced at this scale"),
-    (["yes", "spread unknown"], "yes (1 of 2 settings undecided)"), (["unequal budgets"], "undecided")])
-def test_a_claims_word_from_its_settings(words, claim):
-    assert report.claim_word(words) == claim
+def test_seeds_on_two_plateaus_are_counted():
+    assert report.plateaus([1.0, 1.0, 1.0, 1.0, 0.8]) == "1 near 0.8, 4 near 1 (1, 1, 1, 1, 0.8)"
+    assert report.plateaus([0.743, 0.607, 0.763, 0.609, 0.609]) == \
+        "3 near 0.608, 2 near 0.753 (0.743, 0.607, 0.763, 0.609, 0.609)"
+    assert report.plateaus([0.955, 0.747, 0.998, 0.858, 0.52]) == ""  # spread out, not two plateaus
+    assert report.plateaus([1.0, 1.0, 0.8]) == ""  # three seeds show no plateaus
+
+
+def test_a_part_of_a_claim_gives_one_word_or_each_word_with_its_settings():
+    assert report.part_word(["yes", "yes"], ["at 6,000 steps", "at 24,000 steps"]) == "yes"
+    assert report.part_word(["not shown (11 seeds a model would decide it)", "yes", "not shown (6 seeds a model "
+                             "would decide it)"], ["mod 97 at 24,000 steps", "mod 47 at 24,000 steps", "at 6,000"]) \
+        == "not shown mod 97 at 24,000 steps and at 6,000; yes mod 47 at 24,000 steps"
 
 
 def rule_finals(task_name="addition_3", metric="val_acc", level="val_acc_chance"):
@@ -2982,8 +3021,9 @@ def rule_finals(task_name="addition_3", metric="val_acc", level="val_acc_chance"
 
 
 def test_results_md_prints_what_the_rule_reads(tmp_path, monkeypatch):
-    """results.md: each variant against the first, its scores beside their floors, the difference beside the summed
-    spreads, the steps and the word for each direction; one seed: the spread unknown."""
+    """results.md: each variant against the first, its scores beside their floors, the difference with its 95 %
+    interval and p (Welch: 2 degrees of freedom here, t 4.303), the steps and the word for each direction; one seed: no
+    interval, the spread unknown."""
     monkeypatch.setattr(report, "plot_comparison", lambda *a: None)
     monkeypatch.setattr(report, "plot_cost", lambda *a: None)
     runs = [dict(r, hardware="cpu", seconds=1.0, step_samples=8, model="m") for r in rule_finals()]
@@ -2993,11 +3033,11 @@ def test_results_md_prints_what_the_rule_reads(tmp_path, monkeypatch):
     (row,) = markdown_rows(text[text.index("The verdict rule"):])
     assert row == {"task": "addition_3", "variant": "mixing h=64", "against": "softmax", "score": "val_acc",
                    "scores (floors)": "0.9 ± 0.014 (clears 0.33) / 0.6 ± 0.014 (clears 0.33)",
-                   "difference (spread)": "-0.3 (0.0283)", "steps": "500 / 500", "higher": "no", "lower": "yes",
-                   "match": "no", "fails": "no"}
+                   "difference [interval], p": "-0.3 [-0.361, -0.239] 95%, p 0.0022", "steps": "500 / 500",
+                   "two plateaus": "", "higher": "no", "lower": "yes", "match": "no", "fails": "no"}
     report.write_files(runs[::2], histories[::2], str(tmp_path))
     (row,) = markdown_rows((tmp_path / "results.md").read_text().split("The verdict rule")[1])
-    assert row["difference (spread)"] == "-0.3 (unknown (one seed))" and row["lower"] == "spread unknown"
+    assert row["difference [interval], p"] == "-0.3 (one seed)" and row["lower"] == "spread unknown"
 
 
 def write_claims(tmp_path, settings):
@@ -3008,21 +3048,26 @@ def write_claims(tmp_path, settings):
                                         "COMMANDS = {'heads': 'python train.py configs/heads_cpu.py --seeds=2'}\n")
 
 
-def test_the_claims_command_prints_each_settings_word_and_the_claims(tmp_path, capsys):
-    """python report.py CLAIMS.py --runs_dir=DIR: the claim's word, each setting's reading and word, each comparison's
-    command, machine and time; a variant the runs lack is one line, status 2."""
-    write_claims(tmp_path, [("heads", "addition_3", "val_acc", "softmax", "mixing h=64", "lower"),
-                            ("heads", "addition_3", "val_acc", "softmax", "mixing h=64", "match")])
+def test_the_claims_command_prints_each_parts_word_and_each_settings_reading(tmp_path, capsys):
+    """python report.py CLAIMS.py --runs_dir=DIR: each part of a claim with its word (each word with its settings
+    where they differ), each setting's reading and word, each comparison's command, machine and time; folders joined
+    by + read as one; a variant the runs lack is one line, status 2."""
+    write_claims(tmp_path, [("at 500 steps", "lower", "heads", "addition_3", "val_acc", "softmax", "mixing h=64",
+                             "lower"),
+                            ("at 500 steps", "a match", "heads+heads", "addition_3", "val_acc", "softmax",
+                             "mixing h=64", "match")])
     assert cli(report.main, [str(tmp_path / "claims.py"), f"--runs_dir={tmp_path / 'runs'}"]) == 0
     verdicts, settings, commands = capsys.readouterr().out.split("\n\n")
-    assert markdown_rows(verdicts) == [{"claim": "MixiT adds", "verdict": "partly", "settings": "yes, no"}]
-    assert [(r["first / other"], r["difference (spread)"], r["the claim"], r["word"]) for r in
-            markdown_rows(settings)] == [("softmax / mixing h=64", "-0.3 (0.0283)", "lower", "yes"),
-                                         ("softmax / mixing h=64", "-0.3 (0.0283)", "match", "no")]
-    assert markdown_rows(commands) == [{"comparison": "heads", "command": "`python train.py configs/heads_cpu.py "
-                                        "--seeds=2`", "runs": "4", "machine": "1 x cpu",
-                                        "training time": "1m15s"}]
-    write_claims(tmp_path / "b", [("heads", "addition_3", "val_acc", "softmax", "mixing h=16", "match")])
+    assert markdown_rows(verdicts) == [{"claim": "MixiT adds", "part": "at 500 steps", "verdict": "yes lower; no a match"}]
+    assert [(r["part"], r["difference [interval], p"], r["the claim"], r["word"]) for r in markdown_rows(settings)] \
+        == [("at 500 steps, lower", "-0.3 [-0.361, -0.239] 95%, p 0.0022", "lower", "yes"),
+            ("at 500 steps, a match", "-0.3 [-0.316, -0.284] 90%, p 2.7e-08", "match", "no")]  # 4 seeds each: t(6) 1.943
+    assert markdown_rows(commands) == [
+        {"comparison": "heads", "command": "`python train.py configs/heads_cpu.py --seeds=2`", "runs": "4",
+         "machine": "1 x cpu", "training time": "1m15s"},
+        {"comparison": "heads+heads", "command": "`python train.py configs/heads_cpu.py --seeds=2`; `python train.py "
+         "configs/heads_cpu.py --seeds=2`", "runs": "8", "machine": "1 x cpu", "training time": "2m30s"}]
+    write_claims(tmp_path / "b", [("p", "s", "heads", "addition_3", "val_acc", "softmax", "mixing h=16", "match")])
     assert cli(report.main, [str(tmp_path / "b" / "claims.py"), f"--runs_dir={tmp_path / 'b' / 'runs'}"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds no runs of 'mixing h=16' on addition_3; it holds addition_3: mixing h=64;" \
@@ -3030,27 +3075,58 @@ def test_the_claims_command_prints_each_settings_word_and_the_claims(tmp_path, c
 
 
 def test_a_trained_floor_from_another_comparison(tmp_path, capsys):
-    """A setting's fifth part names a trained floor (a bag of words): both models must clear its per-seed scores."""
-    write_claims(tmp_path, [("heads", "addition_3", "val_acc", "softmax", "mixing h=64", "lower", ("heads",
-                                                                                                   "mixing h=64"))])
+    """A setting's last part names a trained floor (a bag of words): both models must clear its per-seed scores."""
+    write_claims(tmp_path, [("p", "s", "heads", "addition_3", "val_acc", "softmax", "mixing h=64", "lower",
+                             ("heads", "mixing h=64"))])
     assert cli(report.main, [str(tmp_path / "claims.py"), f"--runs_dir={tmp_path / 'runs'}"]) == 0
     (row,) = markdown_rows(capsys.readouterr().out.split("\n\n")[1])
     assert row["scores (floors)"] == "0.9 ± 0.014 (clears 0.6) / 0.6 ± 0.014 (not above 0.6)"
-    assert row["word"] == "not reproduced at this scale"
+    assert row["word"] == "not reproduced at this scale (the difference alone: yes)"
+
+
+def stored_claims(capsys):
+    """What python report.py configs/claims.py prints from the stored runs: the parts' words, the settings' readings."""
+    assert cli(report.main, [os.path.join(HERE, "configs", "claims.py"), f"--runs_dir={HERE}/assets/runs"]) == 0
+    return capsys.readouterr().out.split("\n\n")[:2]
 
 
 def test_the_documents_verdicts_are_the_claims_commands(capsys):
-    """RESULTS.md's and the README's claims tables give each claim the word python report.py configs/claims.py prints
-    from the stored runs (assets/runs), and RESULTS.md holds its settings table as printed."""
-    assert cli(report.main, [os.path.join(HERE, "configs", "claims.py"), f"--runs_dir={HERE}/assets/runs"]) == 0
-    verdicts, settings, _ = capsys.readouterr().out.split("\n\n")
-    printed = {r["claim"]: r["verdict"] for r in markdown_rows(verdicts)}
+    """RESULTS.md's and the README's claims tables give each part of each claim the word python report.py
+    configs/claims.py prints from the stored runs (assets/runs), and RESULTS.md holds its settings table as printed."""
+    verdicts, settings = stored_claims(capsys)
+    printed = {(r["claim"], r["part"]): r["verdict"] for r in markdown_rows(verdicts)}
     for doc in ("RESULTS.md", "README.md"):
         text = open(os.path.join(HERE, doc)).read()
-        rows = markdown_rows(text[text.index("| claim | verdict |"):])
-        written = {re.sub(r"\[(.*?)\]\(.*?\)", r"\1", r["claim"]): r["verdict"] for r in rows}  # links: their text
-        assert written == printed, doc
+        rows = markdown_rows(text[text.index("| claim | part | verdict |"):])
+        unlink = lambda cell: re.sub(r"\[(.*?)\]\(.*?\)", r"\1", cell)  # links: their text
+        assert {(unlink(r["claim"]), r["part"]): r["verdict"] for r in rows} == printed, doc
     assert settings in open(os.path.join(HERE, "RESULTS.md")).read()
+
+
+def test_every_mean_and_std_the_claims_quote_is_a_stored_comparisons(capsys):
+    """Each 'mean ± std' in RESULTS.md's claims section and the README's claims table is, at its printed digits, the
+    mean and sample std of one variant's seeds in a comparison the claims read (assets/runs)."""
+    namespace = {}
+    exec(open(os.path.join(HERE, "configs", "claims.py")).read(), namespace)
+    folders = {f for rows in namespace["CLAIMS"].values() for s in rows for f in
+               [s[2]] + [v[0] for v in s[5:] if isinstance(v, tuple)]}
+    stored = []
+    for folder in folders:
+        runs = [r for f in folder.split("+") for r in json.load(open(os.path.join(HERE, "assets", "runs", f,
+                                                                                   "runs.json")))]
+        groups = {}
+        for r in runs:
+            for k, v in r.items():
+                if isinstance(v, float):
+                    groups.setdefault((r["task"], r["variant"], k), []).append(v)
+        stored += [report.mean_std(v) for v in groups.values() if len(v) > 1]
+    digits = lambda s: len(s.split(".")[1]) if "." in s else 0
+    results, readme = (open(os.path.join(HERE, d)).read() for d in ("RESULTS.md", "README.md"))
+    quoted = re.findall(r"(\d+\.?\d*) ± (\d+\.?\d*)", doc_section(results, "## The claims")
+                        + doc_section(readme, "## What reproduces"))
+    assert len(quoted) > 10
+    for m, s in quoted:
+        assert any(round(a, digits(m)) == float(m) and round(b, digits(s)) == float(s) for a, b in stored), (m, s)
 
 
 def test_every_exercise_gives_a_command_its_time_and_the_results_section_that_answers_it():

@@ -1,66 +1,100 @@
-# The paper's claims, each as the settings that test it, read by the verdict rule (report.verdict):
+# The paper's claims, each split into parts that one word answers, read by the verdict rule (report.verdict):
 #   python report.py configs/claims.py                   # from the runs stored in assets/runs
 #   python report.py configs/claims.py --runs_dir=out    # from your own runs of the COMMANDS below
-# Not a train.py preset. A setting: (comparison folder, task, score, the first variant, the other, the claim's
-# direction for the other against the first: higher | lower | match | fails, and optionally a trained floor). A
-# variant is a run label as results.md prints it, or (another folder, label). Every setting compares equal steps.
-# The floors: accuracy's chance level, the loss of a counted bigram, the induction score at init, 0 bits, or the
-# trained floor named (the bag of words, a model of no layers).
-# At 5 seeds where MixiT's fixed matrices move a run (few heads, modular addition) or a difference is within twice
-# the summed spreads (retrieval, Yelp against the bag of words, depth in the standard parametrization, capacity at
-# 24,000 steps), 3 elsewhere.
+# Not a train.py preset. A setting: (the part of the claim, what sets this setting apart, comparison folder, task,
+# score, the first variant, the other, the claim's direction for the other against the first: higher | lower |
+# match | fails (the other stays at its floor, the first clears its) | competitive (the other better than the midpoint
+# of the first and the floor: more than half of the first's gain kept), and optionally a trained floor). A variant is
+# a run label as results.md prints it, or (another folder, label). Every setting compares equal steps. The floors:
+# accuracy's chance level, the loss of a counted bigram, the induction score at init, 0 bits, or the trained floor
+# named (the bag of words, a model of no layers, MixiT for competitive). A part named "why ..." is an intervention.
+# Seeds: 5 where MixiT's fixed matrices move a run (few heads, modular addition) or a first look at 3 left a
+# difference within twice the summed spreads (retrieval, Yelp, depth in the standard parametrization, capacity at
+# 24,000 steps: extended after that look, not planned), 3 elsewhere.
 H16, H64 = "mixing h=16", "mixing h=64"
 RANDOM, MIXIT = "softmax freeze=blocks", "mixing h=16 freeze=blocks"  # embedding-only: every block frozen at init
+MEAN, PREVIOUS = ("dyck_16_mean", H16), ("lm_cpu_previous", H16)  # MixiT with head 1 the prefix mean, previous byte
+STD, MIX = " standard", " mixit"  # the depth runs' parametrizations
+DEPTH_SETS = (("Dyck-16, standard parametrization", "depth_L{}_standard", "dyck_16", STD),
+              ("Dyck-16, MixiT's parametrization", "depth_L{}_mixit", "dyck_16", MIX),
+              ("addition, each its own parametrization", "depth_add_L{}", "addition_3", ""))
+LM = "Frozen-QK is competitive on language modeling; MixiT trails"
 CLAIMS = {
     "MixiT matches the standard transformer on arithmetic and memorization": [
-        ("heads_cpu", "addition_3", "val_acc", "softmax", H64, "match"),
-        ("heads_cpu", "addition_3", "val_acc", "softmax", "mixing h=16", "match"),
-        ("heads_6k", "addition_3", "val_acc", ("heads_6k_softmax", "softmax"), H64, "match"),  # 4 times the steps
-        ("heads_6k", "addition_3", "val_acc", ("heads_6k_softmax", "softmax"), H16, "match"),
-        ("modadd_47_6k", "modadd_47", "val_acc", "softmax", H16, "match"),
-        ("modadd_97_6k", "modadd_97", "val_acc", "softmax", H16, "match"),
-        ("modadd_47_24k", "modadd_47", "val_acc", "softmax", H16, "match"),
-        ("modadd_97_24k", "modadd_97", "val_acc", "softmax", H16, "match"),
-        ("dyck_16", "dyck_16", "val_acc", "softmax", H16, "match"),
-        ("memorization_cpu", "memorize_32", "val_acc", "softmax", H16, "match"),
-        ("memorization_cpu", "memorize_64", "val_acc", "softmax", H16, "match")],
+        ("on addition", "at 1,500 steps with 64 heads", "heads_cpu", "addition_3", "val_acc", "softmax", H64, "match"),
+        ("on addition", "at 1,500 steps with 16 heads", "heads_cpu", "addition_3", "val_acc", "softmax", H16, "match"),
+        ("on addition", "at 6,000 steps with 64 heads", "heads_6k", "addition_3", "val_acc",
+         ("heads_6k_softmax", "softmax"), H64, "match"),
+        ("on addition", "at 6,000 steps with 16 heads", "heads_6k", "addition_3", "val_acc",
+         ("heads_6k_softmax", "softmax"), H16, "match"),
+        *[("on modular addition", f"mod {p} at {k},000 steps", f"modadd_{p}_{k}k", f"modadd_{p}", "val_acc", "softmax",
+           H16, "match") for k in (6, 24) for p in (47, 97)],
+        ("on Dyck-16", "at 1,500 steps", "dyck_16", "dyck_16", "val_acc", "softmax", H16, "match"),
+        ("on memorization", "of 1,024 labels", "memorization_cpu", "memorize_32", "val_acc", "softmax", H16, "match"),
+        ("on memorization", "of 4,096 labels", "memorization_cpu", "memorize_64", "val_acc", "softmax", H16, "match"),
+        ("why not on Dyck-16: a prefix-mean head built into MixiT raises it", "at 1,500 steps", "dyck_16", "dyck_16",
+         "val_acc", H16, MEAN, "higher")],
     "MixiT needs many heads": [
-        ("heads_cpu", "addition_3", "val_acc", "mixing h=1", "mixing h=4", "higher"),
-        ("heads_cpu", "addition_3", "val_acc", "mixing h=4", "mixing h=16", "higher"),
-        ("heads_cpu", "addition_3", "val_acc", "mixing h=16", H64, "higher")],
+        ("on addition at 1,500 steps", f"from {a} to {b} heads", "heads_cpu", "addition_3", "val_acc",
+         f"mixing h={a}", f"mixing h={b}", "higher") for a, b in ((1, 4), (4, 16), (16, 64))],
     "MixiT fails retrieval; Frozen-QK forms induction heads": [
-        ("retrieval_cpu", "retrieval_6", "val_acc", "softmax", "frozen_qk", "match"),
-        ("retrieval_cpu", "retrieval_6", "induction_score", "softmax", "frozen_qk", "match"),
-        ("retrieval_cpu", "retrieval_6", "val_acc", "softmax", H16, "fails"),
-        ("retrieval_cpu", "retrieval_6", "induction_score", "softmax", H16, "fails"),
-        ("retrieval_cpu", "induction_8", "val_acc", "softmax", "frozen_qk", "match"),
-        ("retrieval_cpu", "induction_8", "val_acc", "softmax", H16, "fails")],
+        ("MixiT stays at chance", "on retrieval_6", "retrieval_cpu", "retrieval_6", "val_acc", "softmax", H16, "fails"),
+        ("MixiT stays at chance", "on induction_8", "retrieval_cpu", "induction_8", "val_acc", "softmax", H16, "fails"),
+        ("MixiT forms no induction head", "on retrieval_6", "retrieval_cpu", "retrieval_6", "induction_score",
+         "softmax", H16, "fails"),
+        ("Frozen-QK matches softmax", "on retrieval_6", "retrieval_cpu", "retrieval_6", "val_acc", "softmax",
+         "frozen_qk", "match"),
+        ("Frozen-QK matches softmax", "on induction_8", "retrieval_cpu", "induction_8", "val_acc", "softmax",
+         "frozen_qk", "match"),
+        ("Frozen-QK forms an induction head as softmax does", "on retrieval_6", "retrieval_cpu", "retrieval_6",
+         "induction_score", "softmax", "frozen_qk", "match")],
     "MLPs carry memorization": [
-        ("capacity_cpu", "memorize_128", "bits_per_param", "softmax", "softmax freeze=mlp", "lower"),
-        ("memorization_cpu", "memorize_32", "val_acc", "softmax", "softmax freeze=mlp", "lower"),
-        ("memorization_cpu", "memorize_64", "val_acc", "softmax", "softmax freeze=mlp", "lower"),
-        ("memorization_cpu", "memorize_32", "val_acc", H16, "mixing h=16 freeze=mlp", "lower"),
-        ("memorization_cpu", "memorize_64", "val_acc", H16, "mixing h=16 freeze=mlp", "lower")],
+        ("freezing the standard transformer's MLPs costs it", "bits a parameter on 16,384 labels", "capacity_cpu",
+         "memorize_128", "bits_per_param", "softmax", "softmax freeze=mlp", "lower"),
+        *[(f"freezing {who}'s MLPs costs it", f"accuracy on {n} labels", "memorization_cpu", f"memorize_{t}", "val_acc",
+           v, f"{v} freeze=mlp", "lower") for who, v in (("the standard transformer", "softmax"), ("MixiT", H16))
+          for t, n in ((32, "1,024"), (64, "4,096"))]],
     "MixiT stores more bits per parameter than Frozen-MLP": [
-        ("capacity_cpu", "memorize_128", "bits_per_param", "softmax freeze=mlp", H16, "higher"),
-        ("capacity_mixit_24k", "memorize_128", "bits_per_param", ("capacity_frozen_mlp_24k", "softmax freeze=mlp"), H16,
-         "higher")],  # 16 times the preset's steps
+        ("on 16,384 labels", "at 1,500 steps", "capacity_cpu", "memorize_128", "bits_per_param", "softmax freeze=mlp",
+         H16, "higher"),
+        ("on 16,384 labels", "at 24,000 steps", "capacity_mixit_24k", "memorize_128", "bits_per_param",
+         ("capacity_frozen_mlp_24k", "softmax freeze=mlp"), H16, "higher"),
+        ("why MixiT trails at 1,500 steps: its parametrization", "all of it standard", "capacity_cpu", "memorize_128",
+         "bits_per_param", H16, ("capacity_mixit_std", H16), "higher"),
+        ("why MixiT trails at 1,500 steps: its parametrization", "its shaped activation alone standard",
+         "capacity_cpu", "memorize_128", "bits_per_param", H16, ("capacity_part_activation", H16), "higher"),
+        ("MixiT in the standard parametrization above Frozen-MLP", "at 1,500 steps", "capacity_cpu", "memorize_128",
+         "bits_per_param", "softmax freeze=mlp", ("capacity_mixit_std", H16), "higher")],
     "MixiT trains in depth; the random transformer does not": [
-        ("depth_L16_standard", "dyck_16", "val_acc", RANDOM + " standard", MIXIT + " standard", "higher"),
-        ("depth_L16_mixit", "dyck_16", "val_acc", RANDOM + " mixit", MIXIT + " mixit", "higher"),
-        ("depth_L16_standard", "dyck_16", "val_acc", ("depth_L2_standard", RANDOM + " standard"),
-         RANDOM + " standard", "lower"),  # from 2 layers to 16
-        ("depth_L16_mixit", "dyck_16", "val_acc", ("depth_L2_mixit", RANDOM + " mixit"), RANDOM + " mixit", "lower")],
-    "Frozen-QK is competitive on language modeling; MixiT trails": [
-        ("lm_cpu", "wikitext2_bytes", "val_loss", "softmax", "frozen_qk", "higher"),
-        ("lm_cpu", "wikitext2_bytes", "val_loss", "frozen_qk", H16, "higher"),
-        ("lm_gpu", "wikitext2", "val_loss", "softmax", "frozen_qk", "higher", ("lm_gpu_bigram", "softmax")),
-        ("lm_gpu", "wikitext2", "val_loss", "frozen_qk", "mixing", "higher", ("lm_gpu_bigram", "softmax"))],
+        *[("the random transformer stays at chance at 16 layers", what, folder.format(16), task, "val_acc", MIXIT + p,
+           RANDOM + p, "fails") for what, folder, task, p in DEPTH_SETS],
+        *[("the random transformer loses accuracy from 2 to 16 layers", what, folder.format(16), task, "val_acc",
+           (folder.format(2), RANDOM + p), RANDOM + p, "lower") for what, folder, task, p in DEPTH_SETS],
+        *[("MixiT holds from 2 to 16 layers", what, folder.format(16), task, "val_acc", (folder.format(2), MIXIT + p),
+           MIXIT + p, "match") for what, folder, task, p in DEPTH_SETS],
+        *[("MixiT above the random transformer at 16 layers", what, folder.format(16), task, "val_acc", RANDOM + p,
+           MIXIT + p, "higher") for what, folder, task, p in DEPTH_SETS]],
+    LM: [
+        ("Frozen-QK trails softmax", "on bytes", "lm_cpu", "wikitext2_bytes", "val_loss", "softmax", "frozen_qk",
+         "higher"),
+        ("Frozen-QK trails softmax", "in GPT-2 BPE", "lm_gpu", "wikitext2", "val_loss", "softmax", "frozen_qk", "higher",
+         ("lm_gpu_bigram", "softmax")),
+        ("Frozen-QK closes more than half of the gap from MixiT to softmax", "on bytes", "lm_cpu", "wikitext2_bytes",
+         "val_loss", "softmax", "frozen_qk", "competitive", ("lm_cpu", H16)),
+        ("Frozen-QK closes more than half of the gap from MixiT to softmax", "in GPT-2 BPE", "lm_gpu", "wikitext2",
+         "val_loss", "softmax", "frozen_qk", "competitive", ("lm_gpu", "mixing")),
+        ("MixiT trails Frozen-QK", "on bytes", "lm_cpu", "wikitext2_bytes", "val_loss", "frozen_qk", H16, "higher"),
+        ("MixiT trails Frozen-QK", "in GPT-2 BPE", "lm_gpu", "wikitext2", "val_loss", "frozen_qk", "mixing", "higher",
+         ("lm_gpu_bigram", "softmax")),
+        ("why MixiT stays at the bigram: a previous-byte head built in takes it below", "on bytes", "lm_cpu",
+         "wikitext2_bytes", "val_loss", PREVIOUS, H16, "fails"),
+        ("MixiT with a previous-byte head below Frozen-QK", "on bytes", "lm_cpu", "wikitext2_bytes", "val_loss",
+         "frozen_qk", PREVIOUS, "lower")],
     "MixiT matches the standard transformer on sentiment classification": [
-        ("yelp_standard", "yelp_polarity", "val_acc", "softmax standard", H16 + " standard", "match",
-         ("yelp_bow", "softmax")),
-        ("yelp_standard", "yelp_polarity", "val_acc", "softmax standard", ("yelp_mixit", H16), "match",
-         ("yelp_bow", "softmax"))],
+        ("on Yelp polarity", "in the standard parametrization", "yelp_standard", "yelp_polarity", "val_acc",
+         "softmax standard", H16 + " standard", "match", ("yelp_bow", "softmax")),
+        ("on Yelp polarity", "in MixiT's parametrization", "yelp_standard", "yelp_polarity", "val_acc",
+         "softmax standard", ("yelp_mixit", H16), "match", ("yelp_bow", "softmax"))],
 }
 DEPTH = "python train.py configs/depth_cpu.py --task=dyck_16 --freeze=blocks --batch_size=128 " \
         "--max_iters=600 --learning_rate=3e-3"
@@ -84,7 +118,17 @@ COMMANDS = {  # what made each folder (each writes out/FOLDER): on a 2-core CPU,
     **{f"depth_L{n}_{p}": f"{DEPTH} --seeds={5 if p == 'standard' else 3} --n_layer={n} --parametrization={p} "
                           f"--out_dir=out/depth_L{n}_{p}"
        for n in (2, 16) for p in ("standard", "mixit")},
+    **{f"depth_add_L{n}": f"python train.py configs/depth_cpu.py --seeds=3 --freeze=blocks --n_layer={n} "
+                          f"--out_dir=out/depth_add_L{n}" for n in (2, 16)},
+    "dyck_16_mean": "python train.py configs/arithmetic_cpu.py --seeds=3 --task=dyck_16 --attn=mixing --fixed_head=mean "
+                    "--out_dir=out/dyck_16_mean",
+    "capacity_mixit_std": "python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= "
+                          "--parametrization=standard --out_dir=out/capacity_mixit_std",
+    "capacity_part_activation": "python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= "
+                                "--standard_parts=activation --out_dir=out/capacity_part_activation",
     "lm_cpu": "python train.py configs/lm_cpu.py --attn=all --seeds=3",
+    "lm_cpu_previous": "python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --fixed_head=previous "
+                       "--out_dir=out/lm_cpu_previous",
     "lm_gpu": "python train.py configs/lm_gpu.py --attn=all --seeds=3",
     "lm_gpu_bigram": "python train.py configs/lm_gpu.py --attn=softmax --n_layer=0 --seeds=3 --out_dir=out/lm_gpu_bigram",
     "yelp_standard": "python train.py configs/yelp_cpu.py --attn=softmax,mixing --parametrization=standard --seeds=5 "
