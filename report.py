@@ -71,10 +71,9 @@ MATCH = 0.02  # a match: the difference's 90 % interval inside ± this (two one-
 DIRECTIONS = ("higher", "lower", "match", "fails")  # the other model against the first; fails: it stays at its floor
 NOT_REPRODUCED = "not reproduced at this scale"
 PLATEAU_GAP = 0.05  # seeds on two plateaus: a gap in their sorted values wider than this and 3 stds of either side
-RULE_NOTE = (f"each score beside its floor (cleared: its one-sided 95 % interval excludes it), the difference other "
-             f"- first with its 95 % interval and two-sided p (Welch's t), the steps, seeds on two plateaus, and the "
-             f"word for each direction (a match: the 90 % interval inside ±{MATCH}; not shown: with the seeds a model "
-             f"that would decide it at the observed means and spreads).")
+RULE_NOTE = (f"each score beside its floor (cleared: its one-sided 95 % bound beyond it), the difference other - first "
+             f"with its 95 % interval and p (Welch's t), the steps, two plateaus, and the word for each direction (a "
+             f"match: the 90 % interval inside ±{MATCH}; not shown: with the seeds a model that would decide it).")
 
 
 def mean_std(values):
@@ -114,33 +113,32 @@ def contrast(terms, conf):
     return value, (value - half, value + half), 2 * t_tail(abs(value) / se, df)
 
 
-def sample(values):
+def sample(values):  # per-seed values as (mean, std, n)
     return (*mean_std(values), len(values))
 
 
 def floor_reading(score, floor, lower_better):
-    """A score against its floor by the one-sided 95 % bounds of the difference: 'clears' it (beyond), 'at' it (below
-    it or within MATCH of it), or neither (None)."""
+    """A score against its floor by the one-sided 95 % bounds: 'clears' it, 'at' it (within MATCH or below), or None."""
     _, (lo, hi), _ = contrast([(1, score), (-1, floor)], 0.90)
     lo, hi = (-hi, -lo) if lower_better else (lo, hi)
     return "clears" if lo > 0 else "at" if hi < MATCH else None
 
 
 def compare(a, b, floor, direction, lower_better):
-    """What the difference of b against a shows: higher or lower values, or b competitive (better than the midpoint of
-    a and floor: b keeps more than half of a's gain over floor), by the 95 % interval (no: reversed beyond it); a
-    match by the 90 % interval inside ±MATCH (no: wholly outside it)."""
+    """What b against a shows: higher or lower values, or b competitive (beyond the midpoint of a and floor), by the
+    95 % interval (no: reversed beyond it); a match by the 90 % one inside ±MATCH (no: wholly outside it)."""
     if direction == "match":
         _, (lo, hi), _ = contrast([(1, b), (-1, a)], 0.90)
         return "yes" if -MATCH < lo and hi < MATCH else "no" if lo >= MATCH or hi <= -MATCH else "not shown"
-    _, (lo, hi), _ = contrast([(1, b), (-1, a)] if direction != "competitive" else [(1, b), (-.5, a), (-.5, floor)], .95)
+    terms = [(1, b), (-1, a)] if direction != "competitive" else [(1, b), (-.5, a), (-.5, floor)]
+    _, (lo, hi), _ = contrast(terms, 0.95)
     lo, hi = (-hi, -lo) if direction == "lower" or direction == "competitive" and lower_better else (lo, hi)
     return "yes" if lo > 0 else "no" if hi < 0 else "not shown"
 
 
 def decide(a, b, floors, direction, lower_better):
-    """The claim's word from two samples (mean, std, n) and their floors': a score the claim needs at its floor is not
-    reproduced (with what the difference alone shows); fails: the other at its floor while the first clears its."""
+    """The word from two samples and their floors': a score the claim needs at its floor is not reproduced (with what
+    the difference alone shows); fails: the other at its floor while the first clears its."""
     first, other = (floor_reading(s, f, lower_better) for s, f in zip((a, b), floors))
     if direction == "fails":
         return NOT_REPRODUCED if first != "clears" else {"clears": "no", "at": "yes"}.get(other, "not shown")
@@ -168,13 +166,13 @@ def verdict(scores, floors, steps, direction, lower_better=False, most=100):
 
 
 def plateaus(values):
-    """Per-seed values on two plateaus, split at the widest gap of the sorted values where it is wider than
-    PLATEAU_GAP and three times the std of either side, at 4 seeds or more: how many land on each, and the values; else ''."""
+    """Seeds on two plateaus (PLATEAU_GAP; 4 seeds or more): how many land on each, and the values; else ''."""
     v = np.sort(values)
     k = int(np.argmax(np.diff(v))) + 1 if len(v) > 3 else 0
     if not k or v[k] - v[k - 1] <= max(PLATEAU_GAP, 3 * v[:k].std(), 3 * v[k:].std()):
         return ""
-    return f"{k} near {v[:k].mean():.3g}, {len(v) - k} near {v[k:].mean():.3g} ({', '.join(f'{x:.3g}' for x in values)})"
+    values = ", ".join(f"{x:.3g}" for x in values)
+    return f"{k} near {v[:k].mean():.3g}, {len(v) - k} near {v[k:].mean():.3g} ({values})"
 
 
 def part_word(words, labels):
@@ -526,9 +524,9 @@ def claims_report(path, runs_dir):
             cells = rule_cells(runs(folder, task_name, first), runs(folder, task_name, other), metric, trained,
                                (direction,))
             parts.setdefault(part, []).append((cells[direction], label))
-            settings.append({"claim": claim, "part": f"{part}, {label}", "comparison": f"{folder}: {task_name}, {metric}"
-                             + (f", floor {name(floor[0])}" if floor else ""), "first / other": f"{name(first)} / "
-                             f"{name(other)}", **{k: v for k, v in cells.items() if k != direction},
+            settings.append({"claim": claim, "part": f"{part}, {label}", "comparison": f"{folder}: {task_name}, "
+                             f"{metric}" + (f", floor {name(floor[0])}" if floor else ""), "first / other":
+                             f"{name(first)} / {name(other)}", **{k: v for k, v in cells.items() if k != direction},
                              "the claim": direction, "word": cells[direction]})
         verdicts += [{"claim": claim, "part": part, "verdict": part_word(*zip(*read))} for part, read in parts.items()]
     commands = [{"comparison": f, "command": "; ".join(f"`{commands[p]}`" if p in commands else "none given" for p in
