@@ -3058,10 +3058,11 @@ def test_the_claims_command_prints_each_parts_word_and_each_settings_reading(tmp
                              "mixing h=64", "match")])
     assert cli(report.main, [str(tmp_path / "claims.py"), f"--runs_dir={tmp_path / 'runs'}"]) == 0
     verdicts, settings, commands = capsys.readouterr().out.split("\n\n")
-    assert markdown_rows(verdicts) == [{"claim": "MixiT adds", "part": "at 500 steps", "verdict": "yes lower; no a match"}]
+    assert markdown_rows(verdicts) == [{"claim": "MixiT adds", "part": "at 500 steps",
+                                        "verdict": "yes lower; no a match"}]
     assert [(r["part"], r["difference [interval], p"], r["the claim"], r["word"]) for r in markdown_rows(settings)] \
         == [("at 500 steps, lower", "-0.3 [-0.361, -0.239] 95%, p 0.0022", "lower", "yes"),
-            ("at 500 steps, a match", "-0.3 [-0.316, -0.284] 90%, p 2.7e-08", "match", "no")]  # 4 seeds each: t(6) 1.943
+            ("at 500 steps, a match", "-0.3 [-0.316, -0.284] 90%, p 2.7e-08", "match", "no")]  # 4 seeds: t(6) 1.943
     assert markdown_rows(commands) == [
         {"comparison": "heads", "command": "`python train.py configs/heads_cpu.py --seeds=2`", "runs": "4",
          "machine": "1 x cpu", "training time": "1m15s"},
@@ -3091,16 +3092,19 @@ def stored_claims(capsys):
 
 
 def test_the_documents_verdicts_are_the_claims_commands(capsys):
-    """RESULTS.md's and the README's claims tables give each part of each claim the word python report.py
-    configs/claims.py prints from the stored runs (assets/runs), and RESULTS.md holds its settings table as printed."""
+    """RESULTS.md's claims table gives each part of each claim the word python report.py configs/claims.py prints from
+    the stored runs (assets/runs), the README's each claim its parts' words in order; RESULTS.md holds the settings
+    table as printed."""
     verdicts, settings = stored_claims(capsys)
-    printed = {(r["claim"], r["part"]): r["verdict"] for r in markdown_rows(verdicts)}
-    for doc in ("RESULTS.md", "README.md"):
-        text = open(os.path.join(HERE, doc)).read()
-        rows = markdown_rows(text[text.index("| claim | part | verdict |"):])
-        unlink = lambda cell: re.sub(r"\[(.*?)\]\(.*?\)", r"\1", cell)  # links: their text
-        assert {(unlink(r["claim"]), r["part"]): r["verdict"] for r in rows} == printed, doc
-    assert settings in open(os.path.join(HERE, "RESULTS.md")).read()
+    printed = [(r["claim"], r["part"], r["verdict"]) for r in markdown_rows(verdicts)]
+    unlink = lambda cell: re.sub(r"\[(.*?)\]\(.*?\)", r"\1", cell)  # links: their text
+    results, readme = (open(os.path.join(HERE, d)).read() for d in ("RESULTS.md", "README.md"))
+    rows = markdown_rows(results[results.index("| claim | part | verdict |"):])
+    assert [(r["claim"], r["part"], r["verdict"]) for r in rows] == printed
+    rows = markdown_rows(readme[readme.index("| claim | what the runs show, part by part |"):])
+    assert {unlink(r["claim"]): r["what the runs show, part by part"] for r in rows} == {
+        claim: " · ".join(f"{part}: {word}" for c, part, word in printed if c == claim) for claim, _, _ in printed}
+    assert settings in results
 
 
 def test_every_mean_and_std_the_claims_quote_is_a_stored_comparisons(capsys):
@@ -3120,13 +3124,15 @@ def test_every_mean_and_std_the_claims_quote_is_a_stored_comparisons(capsys):
                 if isinstance(v, float):
                     groups.setdefault((r["task"], r["variant"], k), []).append(v)
         stored += [report.mean_std(v) for v in groups.values() if len(v) > 1]
-    digits = lambda s: len(s.split(".")[1]) if "." in s else 0
+    decimals = lambda s: len((s + ".").split(".")[1])
+    same = lambda x, s: float(f"{x:.2g}") == float(s) if "e" in s else round(x, decimals(s)) == float(s)
     results, readme = (open(os.path.join(HERE, d)).read() for d in ("RESULTS.md", "README.md"))
-    quoted = re.findall(r"(\d+\.?\d*) ± (\d+\.?\d*)", doc_section(results, "## The claims")
+    number = r"(\d+(?:\.\d+)?(?:e-\d+)?)"
+    quoted = re.findall(number + " ± " + number, doc_section(results, "## The claims")
                         + doc_section(readme, "## What reproduces"))
-    assert len(quoted) > 10
+    assert len(quoted) > 50
     for m, s in quoted:
-        assert any(round(a, digits(m)) == float(m) and round(b, digits(s)) == float(s) for a, b in stored), (m, s)
+        assert any(same(a, m) and same(b, s) for a, b in stored), (m, s)
 
 
 def test_every_exercise_gives_a_command_its_time_and_the_results_section_that_answers_it():

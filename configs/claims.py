@@ -47,7 +47,9 @@ CLAIMS = {
         ("Frozen-QK matches softmax", "on induction_8", "retrieval_cpu", "induction_8", "val_acc", "softmax",
          "frozen_qk", "match"),
         ("Frozen-QK forms an induction head as softmax does", "on retrieval_6", "retrieval_cpu", "retrieval_6",
-         "induction_score", "softmax", "frozen_qk", "match")],
+         "induction_score", "softmax", "frozen_qk", "match"),
+        ("why Frozen-QK retrieves: its frozen W_Q, W_K at N(0, 0.02²) instead keep it at chance", "on retrieval_6",
+         "retrieval_cpu", "retrieval_6", "val_acc", "frozen_qk", ("retrieval_qk_reference", "frozen_qk"), "fails")],
     "MLPs carry memorization": [
         ("freezing the standard transformer's MLPs costs it", "bits a parameter on 16,384 labels", "capacity_cpu",
          "memorize_128", "bits_per_param", "softmax", "softmax freeze=mlp", "lower"),
@@ -126,6 +128,8 @@ COMMANDS = {  # what made each folder (each writes out/FOLDER): on a 2-core CPU,
                           "--parametrization=standard --out_dir=out/capacity_mixit_std",
     "capacity_part_activation": "python train.py configs/capacity_cpu.py --seeds=3 --attn=mixing --freeze= "
                                 "--standard_parts=activation --out_dir=out/capacity_part_activation",
+    "retrieval_qk_reference": "python train.py configs/retrieval_cpu.py --task=retrieval_6 --attn=frozen_qk "
+                              "--qk_init=reference --seeds=3 --out_dir=out/retrieval_qk_reference",
     "lm_cpu": "python train.py configs/lm_cpu.py --attn=all --seeds=3",
     "lm_cpu_previous": "python train.py configs/lm_cpu.py --attn=mixing --seeds=3 --fixed_head=previous "
                        "--out_dir=out/lm_cpu_previous",
