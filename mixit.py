@@ -51,7 +51,7 @@ class MixiTConfig:  # the paper's variants need only the fields down to mix_beta
     skip: float = math.sqrt(0.5)  # MixiT's parametrization: h = skip*h + sqrt(1 - skip^2)*f(h)
     cminus: float = -1.0  # MixiT's parametrization: the shaped activation's slope is 1 + cminus/sqrt(d)
     mix_beta: float = 1.0  # mixing: scale of the centred noise around the identity
-    # Study options, beyond the paper's variants (each default is the paper's model), and what sets the other values:
+    # Study options (defaults: mixit's model; RESULTS.md's departures from the reference); what sets other values:
     standard_parts: str = ""  # these parts of MixiT's parametrization standard (MIXIT_PARTS): capacity_cpu, depth_cpu
     sigma_min: float = 0.0  # mixing: the noise std's lowest value (0: 1/sqrt(T d_h), the paper's): heads_cpu's comment
     fixed_head: str = ""  # mixing's head 1: "" random | mean (prefix mean) | previous (token): --express, *_cpu presets
