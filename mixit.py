@@ -29,37 +29,37 @@ FIXED_HEADS = {"": "random", "mean": "the prefix mean", "previous": "the previou
 
 
 @dataclass
-class MixiTConfig:
+class MixiTConfig:  # the paper's variants need only the fields down to mix_beta; study options follow them
     vocab_size: int = 64
     block_size: int = 32
     n_layer: int = 2
     n_head: int = 4
     n_embd: int = 128
     attn: str = "softmax"  # softmax | frozen_qk | mixing | learned_mixing, or one letter per layer: "mmsm"
-    parametrization: str = "auto"  # mixit | standard | auto: MixiT's when any layer mixes
-    standard_parts: str = ""  # MixiT's parametrization with these parts standard (a comma list of MIXIT_PARTS)
-    freeze: str = ""  # "" | mlp | blocks
+    freeze: str = ""  # "" | mlp (Frozen-MLP) | blocks (the random transformer)
     causal: bool = True
     n_classes: int = 0  # 0: a language model over the vocabulary; > 0: a sequence classifier
     pad_id: int = -1  # classifier: the padding token, never pooled
-    pool: str = "mean"  # classifier: mean of the real tokens | last: the last real token (the reference)
-    pads: str = "masked"  # classifier: masked out of attention | attended: read, embedding held at 0 (the reference)
     seed: int = 0  # every random init: trained weights, frozen weights, mixing matrices
     bias: bool = True  # every projection has a bias, as in the reference trainers
     rope_theta: float = 10000.0
     init_std: float = 0.02  # every trained linear weight is N(0, init_std^2), as in the reference code
     qk_init: str = "paper"  # frozen_qk's frozen W_Q, W_K: paper N(0, 1/n_embd); reference N(0, init_std^2)
+    parametrization: str = "auto"  # mixit | standard | auto: MixiT's when any layer mixes
     base_width: float = 512.0  # MixiT's parametrization: a linear of fan-in d is multiplied by sqrt(base_width / d)
     base_ffn: float = 1.0  # MixiT's parametrization: the down projection is multiplied by sqrt(base_ffn / 4d)
     skip: float = math.sqrt(0.5)  # MixiT's parametrization: h = skip*h + sqrt(1 - skip^2)*f(h)
     cminus: float = -1.0  # MixiT's parametrization: the shaped activation's slope is 1 + cminus/sqrt(d)
     mix_beta: float = 1.0  # mixing: scale of the centred noise around the identity
-    sigma_min: float = 0.0  # mixing: the noise std's lowest value; 0: 1/sqrt(T d_h), the paper's (rises with heads)
-    fixed_head: str = ""  # mixing: head 1 a known pattern beside the sink: "" none | mean (prefix mean) | previous token
-    centring: str = "mean"  # non-causal mixing: rows centred on their mean | reference: row sum / (i+1), rows off 1
-    depth_alpha: float = 0.0  # > 0: every model h = h + (base_depth/n_layer)^alpha f(h), MixiT's A without I
-    base_depth: float = 4.0
-
+    # Study options (defaults: mixit's model; RESULTS.md's departures from the reference); what sets other values:
+    standard_parts: str = ""  # these parts of MixiT's parametrization standard (MIXIT_PARTS): capacity_cpu, depth_cpu
+    sigma_min: float = 0.0  # mixing: the noise std's lowest value (0: 1/sqrt(T d_h), the paper's): heads_cpu's comment
+    fixed_head: str = ""  # mixing's head 1: "" random | mean (prefix mean) | previous (token): --express, *_cpu presets
+    centring: str = "mean"  # non-causal mixing: rows centred on their mean | reference: row sum / (i+1): yelp_paper
+    pool: str = "mean"  # classifier: mean of the real tokens | last: the last real token (the reference): yelp_paper
+    pads: str = "masked"  # classifier: masked out of attention | attended, embedding held at 0 (reference): yelp_paper
+    depth_alpha: float = 0.0  # > 0: every model h = h + (base_depth/n_layer)^alpha f(h), MixiT's A without I; with
+    base_depth: float = 4.0  # base_depth, as the reference's LM launchers run MixiT (lm_paper's, lm_cpu's comments)
     @property
     def layer_attn(self):
         """Each layer's attention: attn in every layer, or the pattern's letters."""

@@ -2256,6 +2256,17 @@ def preset_commands(text, name):
 
 
 DOC_COMMAND = re.compile(r"(?:python|torchrun[^`\n]*?) (train|sample)\.py([^`\n]*)")
+PREPARE_COMMAND = re.compile(r"python prepare\.py (\w+)([^`\n]*)")
+
+
+def doc_prepared(text):
+    """The corpus names the prepare.py commands of a document write, each command's dataset and options checked."""
+    names = set()
+    for m in PREPARE_COMMAND.finditer(text.replace("\\\n", " ")):
+        assert m.group(1) in prepare.SOURCES, m.group(0)
+        options = common.configure(prepare.OPTIONS, m.group(2).split(" #")[0].split(), prepare.RULES, files=False)
+        names.add(options["name"] or m.group(1))
+    return names
 
 
 def doc_commands(text):
@@ -2273,7 +2284,8 @@ def doc_section(text, heading):
 def test_documented_commands_plan_what_they_say(doc):
     """Every train.py command the README and RESULTS.md give plans valid runs whose models build, and every sample.py
     command is valid and reads a checkpoint that a train.py command of the same document writes. The README's main
-    job plans the tasks, model and training its section states, and its induction run that many of those runs."""
+    job plans the tasks, model and training "What you should see" states, and its induction run that many of those
+    runs."""
     text = open(os.path.join(HERE, doc)).read()
     plans, out_dirs = {}, set()
     for script, args in doc_commands(text):
@@ -2284,7 +2296,7 @@ def test_documented_commands_plan_what_they_say(doc):
                 run["model"] = train.model_config(run, preset_task(run["task"], run["block_size"]))
                 out_dirs.add(os.path.normpath(run["out_dir"]))
             plans[" ".join(args)] = runs
-    assert plans
+    assert plans and doc_prepared(text)  # every prepare.py command names a dataset and valid options
     for script, args in doc_commands(text):
         if script == "sample":
             config = common.configure(sample.DEFAULTS, args, sample.RULES, files=False)
@@ -2292,7 +2304,7 @@ def test_documented_commands_plan_what_they_say(doc):
             assert at_init or os.path.normpath(config["out_dir"]) in out_dirs, args
     if doc != "README.md":
         return
-    main, said = plans[""], doc_section(text, "### The main job")
+    main, said = plans[""], doc_section(text, "## What you should see")
     flat = " ".join(said.split())
     assert {run["task"] for run in main} == set(re.findall(r"\n\| (\w+):", said))  # the table's rows
     for run in main:
@@ -2300,11 +2312,39 @@ def test_documented_commands_plan_what_they_say(doc):
         assert (m.n_layer, m.n_embd) == (stated(flat, r"(\d+) layers"), stated(flat, r"width ([\d,]+)"))
         assert m.n_head == stated(flat, r"MixiT with (\d+)" if run["attn"] == "mixing" else r"with (\d+) heads")
         assert run["max_iters"] == stated(flat, r"([\d,]+) steps") and run["batch_size"] == stated(flat, r"of (\d+) seq")
-    minute_section = doc_section(text, "### Watch an induction head form")
+    minute_section = doc_section(text, "## Watch an induction head form")
     minute = plans[" ".join(doc_commands(minute_section)[0][1])]
     same = lambda r: (r["task"], r["attn"], repr(r["model"]), r["max_iters"], r["batch_size"], r["learning_rate"])
     assert {same(r) for r in minute} <= {same(r) for r in main}
     assert f"{['No', 'One', 'Two', 'Three'][len(minute)]} of the main job's runs" in " ".join(minute_section.split())
+
+
+
+def test_what_you_should_see_is_the_main_jobs_section_of_results():
+    """The README's "What you should see" (right under "Run first") gives the main job's final values as RESULTS.md's
+    main-job tables give them, row by row, and every other number it states (the other machine's values, the largest
+    difference, the seeds' spreads, the times and thread counts) stands in that RESULTS section too: one source."""
+    text = open(os.path.join(HERE, "README.md")).read()
+    assert text.index("**Run first**") < text.index("\n## What you should see") < text.index("\n## The question")
+    said = doc_section(text, "## What you should see")
+    measured = doc_section(open(os.path.join(HERE, "RESULTS.md")).read(), "## The main job")
+    numbers = lambda cell: re.findall(r"\d[\d,]*\.\d+|\d[\d,]*", cell)
+    shown, accuracy = markdown_rows(said), markdown_rows(measured)
+    induction = {r["retrieval_6"]: r for r in markdown_rows(measured[measured.index("| retrieval_6 |"):])}
+    assert [r["task (chance level)"] for r in shown[:-1]] == [r["task (chance level)"] for r in accuracy]
+    for row, source in zip(shown, accuracy):  # each cell's accuracy: the first number of the RESULTS cell
+        for col, col_source in zip(list(row)[1:], list(source)[1:]):
+            assert numbers(row[col]) == numbers(source[col_source])[:1], (row, col)
+    *_, last = shown
+    assert last["task (chance level)"] == "retrieval_6: induction score, trained (at init)"
+    trained, init = induction["induction score, trained"], induction["induction score, at init"]
+    for col, col_source in zip(list(last)[1:], list(trained)[1:]):
+        assert numbers(last[col]) == numbers(trained[col_source]) + numbers(init[col_source]), col
+    prose = said[said.rindex("\n|") + 1:].split("\n", 1)[1]  # what follows the table
+    times, threads = re.findall(r"\d+ min \d+ s", prose), re.findall(r"\b(?:one|two|\d+) threads?\b", prose)
+    assert times and threads
+    for stated_here in numbers(prose) + times + threads:  # whole numbers: 0.99 is not read inside 0.9996
+        assert re.search(rf"(?<![\d.,]){re.escape(stated_here)}(?![\d,]|\.\d)", measured), stated_here
 
 
 def torchrun(tmp_path, config_text, *args, timeout=120):
@@ -3137,7 +3177,8 @@ def test_every_mean_and_std_the_claims_quote_is_a_stored_comparisons(capsys):
 
 def test_every_exercise_gives_a_command_its_time_and_the_results_section_that_answers_it():
     """Each README exercise: a train.py or sample.py command (test_documented_commands_plan_what_they_say plans it),
-    a measured time on a 2-core CPU, and a link to an existing RESULTS.md section that holds its answer."""
+    a measured time on a 2-core CPU, a link to an existing RESULTS.md section that holds its answer, and, where it
+    trains on a corpus, the prepare.py command that writes it, with that step's own time."""
     section = doc_section(open(os.path.join(HERE, "README.md")).read(), "## Exercises")
     anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
                for h in re.findall(r"^#+ (.+)$", open(os.path.join(HERE, "RESULTS.md")).read(), re.M)}
@@ -3147,6 +3188,15 @@ def test_every_exercise_gives_a_command_its_time_and_the_results_section_that_an
         assert re.search(r"`python (train|sample)\.py", item) and re.search(r"\d+ ?(min|s)\b", item), item
         links = re.findall(r"\]\(RESULTS\.md#([\w-]+)\)", item)
         assert links and set(links) <= anchors, item
+        # a corpus it trains on is written by a prepare.py command the exercise gives, timed on its own
+        corpora = {run["task"] for script, args in doc_commands(item) if script == "train"
+                   for run in train.plan_runs(common.configure(train.DEFAULTS, [a if a.startswith("--") else
+                                                                                os.path.join(HERE, a) for a in args],
+                                                               train.RULES))
+                   if run["task"] in data.CORPUS_TASKS or run["task"].startswith("wikitext2_")}
+        assert corpora <= doc_prepared(item), item
+        for m in PREPARE_COMMAND.finditer(item):
+            assert re.match(r"`\s*\((\d+ min )?\d+ s\b", item[m.end():]), item  # its own time, right after it
 
 
 # ----- the floors and probe scores, each by brute force on a hand-built case
