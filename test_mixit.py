@@ -1652,17 +1652,22 @@ def torchrun_cmd(nproc, *args):
             *args]
 
 
-@pytest.mark.parametrize("accum, attn", [(1, "mixing"), (4, "fl")])
-def test_torchrun_two_processes_match_one(tmp_path, accum, attn):
+@pytest.mark.parametrize("accum, attn, more", [(1, "mixing", []), (4, "fl", []),
+                                              (1, "softmax", ["--task=induction_2", "--batch_size=2"])])
+def test_torchrun_two_processes_match_one(tmp_path, capsys, accum, attn, more):
     """The step is the same batch_size x accum sequences for any number of processes: whole micro-batches per
     process (accum 4: two each, the gradients synchronized on the last, none on the first), or each micro-batch's rows
-    dealt out (accum 1, the default); MixiT, and a hybrid of a Frozen-QK layer and a learned mixing layer."""
+    dealt out (accum 1, the default); MixiT, and a hybrid of a Frozen-QK layer and a learned mixing layer; and
+    induction_2 at 2 rows a step, where a process's row often scores nothing. The log lines read the same losses."""
     args = ["--task=addition_2", f"--attn={attn}", "--max_iters=4", "--eval_interval=2", "--device=cpu",
-            f"--gradient_accumulation_steps={accum}", *FAST]
+            f"--gradient_accumulation_steps={accum}", *FAST, "--log_interval=1", *more]
     proc = subprocess.run(torchrun_cmd(2, *args, f"--out_dir={tmp_path / 'ddp'}"), cwd=HERE, capture_output=True,
                           env=dict(os.environ, OMP_NUM_THREADS="1"), text=True, timeout=240)
     assert proc.returncode == 0, f"ddp run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     assert cli(train.main, args + [f"--out_dir={tmp_path / 'one'}"]) == 0
+    logged = lambda out: [float(v) for v in re.findall(r"iter \d/4: loss (\S+),", out)]
+    ddp_losses, one_losses = logged(proc.stdout), logged(capsys.readouterr().out)
+    assert len(ddp_losses) == 4 and ddp_losses == pytest.approx(one_losses, abs=2e-4)
     ddp, one = read_metrics(tmp_path / "ddp"), read_metrics(tmp_path / "one")
     assert len(ddp) == len(one) == 2
     for m, n in zip(ddp, one):
