@@ -30,6 +30,7 @@ from torch.nn import functional as F
 
 from common import Env
 from mixit import fixed_patterns
+
 # ============================================================================ algorithmic tasks
 
 TEST_SEED = 12345  # the reference's seed for test sets and fixed tables

@@ -96,8 +96,7 @@ def show_answers(model, task, config, dev):
         scored, pred = np.flatnonzero(yi >= 0), np.full_like(yi, -1)
         if not len(scored):
             continue
-        breaks = np.diff(scored) > 1  # between runs of consecutive scored positions
-        for first, last in zip(scored[np.r_[True, breaks]], scored[np.r_[breaks, True]]):
+        for first, last in zip(scored[np.r_[True, np.diff(scored) > 1]], scored[np.r_[np.diff(scored) > 1, True]]):
             prompt = torch.from_numpy(xi[:first + 1])[None].to(dev)  # (1, first+1)
             out = model.generate(prompt, last - first + 1, top_k=1, use_cache=config["use_cache"])
             pred[first:last + 1] = out[0, first + 1:].cpu().numpy()  # pred[p]: the token after position p

@@ -3414,9 +3414,11 @@ def batches_digest(batches, h):
         h.update(y.numpy().tobytes())
 
 
-def test_batches_made_ahead_are_todays(monkeypatch, tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=cuda)])
+def test_batches_made_ahead_are_todays(monkeypatch, tmp_path, device):
     """The worker thread's batches are those of the code before it (a digest pinned from it), and the steps of a run
-    train on them, in order."""
+    train on them, in order (on a GPU made by the worker while the step before runs; on a CPU, whose cores run the
+    step, made at the step)."""
     h = hashlib.sha256()
     for name in ("addition_3", "dyck_10", "retrieval_4", "induction_8", "mqar_8", "memorize_4", "modadd_7"):
         config = dict(train.DEFAULTS, batch_size=8, seed=0)
@@ -3427,12 +3429,13 @@ def test_batches_made_ahead_are_todays(monkeypatch, tmp_path):
     seen, step = [], train.train_step
     monkeypatch.setattr(train, "train_step", lambda model, batches, *a: seen.append(batches) or step(model, batches, *a))
     assert run_train(tmp_path, "--task=dyck_10", "--max_iters=3", "--eval_interval=3", "--batch_size=4",
-                     "--attn=softmax", "--n_layer=1", "--n_embd=16", "--gradient_accumulation_steps=2") == 0
+                     "--attn=softmax", "--n_layer=1", "--n_embd=16", "--gradient_accumulation_steps=2",
+                     device=device) == 0
     task = data.make_task("dyck_10")
     for it, batches in enumerate(seen):
         for micro, (x, y) in enumerate(batches):
             ex, ey = task.get_batch("train", 4, seed=[0, it, micro])
-            assert torch.equal(x, ex) and torch.equal(y, ey)
+            assert torch.equal(x.cpu(), ex) and torch.equal(y.cpu(), ey)
 
 
 def test_checkpoints_when_val_loss_improves_and_at_the_end(tmp_path, monkeypatch):

@@ -97,7 +97,7 @@ RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "flo
 ARCH_KEYS = [k for k in MixiTConfig.__dataclass_fields__]
 PAPER_ATTNS = ATTNS[:3]  # attn=all: the paper's three variants
 FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0, "flops": 0.0, "train_time": 0.0, "best_val_loss": math.inf}
-AHEAD = ThreadPoolExecutor(1)  # makes the next step's batches while a step runs
+AHEAD = ThreadPoolExecutor(1)  # on a GPU, makes the next step's batches while a step runs (a CPU's cores run the step)
 
 
 # ----------------------------------------------------------------------------- one training run
@@ -115,12 +115,12 @@ def model_config(config, task):
         raise ConfigError(str(e)) from None
 
 
-def unfreeze_step(config):
-    """The step at which the frozen parts start training, or None for never."""
+def unfreeze_step(config, start=0):
+    """The step at which the frozen parts start training, start if that is later (resumed), or None for never."""
     when = config["unfreeze_at"]
     if when == "never":
         return None
-    return round(float(when[:-1]) / 100 * config["max_iters"]) if when.endswith("%") else int(when)
+    return max(start, round(float(when[:-1]) / 100 * config["max_iters"]) if when.endswith("%") else int(when))
 
 
 def get_lr(it, config):
@@ -286,8 +286,7 @@ def train_run(config, task, env, stop):
     ckpt_path, metrics_path = (os.path.join(config["out_dir"], f) for f in ("ckpt.pt", "metrics.jsonl"))
     mconf, model, optimizer, state, history, chance = start_run(config, task, env, ckpt_path, metrics_path)
     iter_num, loss_sum, loss_steps, flops, train_time, best = state.values()  # in FRESH's order
-    train_model, switch = wrap(model, config, env), unfreeze_step(config)
-    switch = None if switch is None else max(switch, iter_num)  # resumed past it (another max_iters): now
+    train_model, switch = wrap(model, config, env), unfreeze_step(config, iter_num)
     params = [p for p in model.parameters() if p.requires_grad]  # what trains: clipped together
     shares = step_shares(config["gradient_accumulation_steps"], config["batch_size"], env)
     tokens_per_iter = config["batch_size"] * task.block_size * config["gradient_accumulation_steps"]  # as trained
@@ -295,7 +294,7 @@ def train_run(config, task, env, stop):
     loss_sum = torch.tensor(loss_sum, device=env.device)  # the step losses since the last evaluation
     step_t = torch.tensor(iter_num, device=env.device)  # the step counter on the device: no sync to track it
     first_bad = torch.tensor(-1, device=env.device)  # the first step with a non-finite loss or gradient norm
-    ahead = AHEAD.submit(step_batches, task, config, shares, iter_num)
+    ahead = None  # on a GPU, the future of the next step's batches
 
     def save(metrics=(), checkpoint=True):  # a collective: the loss sum is all-reduced; never a poisoned checkpoint
         check_finite(first_bad, env, ckpt_path)
@@ -325,8 +324,9 @@ def train_run(config, task, env, stop):
         lr = get_lr(iter_num, config)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batches = [env.to_device(x, y) for x, y in ahead.result()]
-        ahead = AHEAD.submit(step_batches, task, config, shares, iter_num + 1)  # made while this step runs
+        host = ahead.result() if ahead else step_batches(task, config, shares, iter_num)
+        ahead = AHEAD.submit(step_batches, task, config, shares, iter_num + 1) if env.device_type == "cuda" else None
+        batches = [env.to_device(x, y) for x, y in host]
         try:
             loss, norm = train_step(train_model, batches, optimizer, params, config["grad_clip"], env)
         except torch.OutOfMemoryError:
