@@ -3449,7 +3449,6 @@ def test_checkpoints_when_val_loss_improves_and_at_the_end(tmp_path, monkeypatch
         assert run_train(out, "--task=addition_2", "--max_iters=4", "--eval_interval=1", "--attn=softmax",
                          "--n_layer=1", "--n_embd=16", f"--always_save_checkpoint={always}") == 0
         assert [s["iter_num"] for s in saved] == expected and len(read_metrics(out)) == 4
-        assert [s["best_val_loss"] for s in saved][-1] == 2.0
 
 
 def test_stop_signal_is_read_at_log_steps_under_torchrun(tmp_path, monkeypatch, capsys):

@@ -96,7 +96,7 @@ RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "flo
                           "base_width", "depth_alpha", "sigma_min"), non_negative)}
 ARCH_KEYS = [k for k in MixiTConfig.__dataclass_fields__]
 PAPER_ATTNS = ATTNS[:3]  # attn=all: the paper's three variants
-FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0, "flops": 0.0, "train_time": 0.0, "best_val_loss": math.inf}
+FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0, "flops": 0.0, "train_time": 0.0}  # a run's state at step 0
 AHEAD = ThreadPoolExecutor(1)  # on a GPU, makes the next step's batches while a step runs (a CPU's cores run the step)
 
 
@@ -285,7 +285,7 @@ def train_run(config, task, env, stop):
     """Train one (task, attn, freeze, unfreeze, seed) run into config['out_dir']; return its eval history."""
     ckpt_path, metrics_path = (os.path.join(config["out_dir"], f) for f in ("ckpt.pt", "metrics.jsonl"))
     mconf, model, optimizer, state, history, chance = start_run(config, task, env, ckpt_path, metrics_path)
-    iter_num, loss_sum, loss_steps, flops, train_time, best = state.values()  # in FRESH's order
+    iter_num, loss_sum, loss_steps, flops, train_time = state.values()  # in FRESH's order
     train_model, switch = wrap(model, config, env), unfreeze_step(config, iter_num)
     params = [p for p in model.parameters() if p.requires_grad]  # what trains: clipped together
     shares = step_shares(config["gradient_accumulation_steps"], config["batch_size"], env)
@@ -299,7 +299,7 @@ def train_run(config, task, env, stop):
     def save(metrics=(), checkpoint=True):  # a collective: the loss sum is all-reduced; never a poisoned checkpoint
         check_finite(first_bad, env, ckpt_path)
         state = {"iter_num": iter_num, "loss_sum": env.all_reduce(loss_sum.clone()).item() / env.world_size,
-                 "loss_steps": loss_steps, "flops": flops, "train_time": train_time, "best_val_loss": best}
+                 "loss_steps": loss_steps, "flops": flops, "train_time": train_time}
         if env.master:
             with open(metrics_path, "a") as f:
                 f.write("".join(json.dumps(m) + "\n" for m in metrics))
@@ -352,14 +352,14 @@ def train_run(config, task, env, stop):
             history.append({"iter": iter_num, "train_loss": train_loss,
                             **eval_metrics(model, task, config["batch_size"], env, chance), "lr": lr,
                             "tokens": iter_num * tokens_per_iter, "flops": flops, "time": round(train_time, 2)})
-            keep, best = config["always_save_checkpoint"] or last or history[-1]["val_loss"] < best, \
-                min(best, history[-1]["val_loss"])
-            save(history[-1:], keep)
+            best = min([m["val_loss"] for m in history[:-1]], default=math.inf)  # resumed: up to the checkpoint
+            save(history[-1:], config["always_save_checkpoint"] or last or history[-1]["val_loss"] < best)
             env.print("eval " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in
                                           history[-1].items() if not isinstance(v, list) and k not in
                                           ("lr", "tokens", "flops", "time")))
             t_log, log_iters, t_mark = time.time(), 0, time.time()
     return history
+
 
 # ----------------------------------------------------------------------------- several runs side by side
 
