@@ -10,7 +10,8 @@ GPT-2 small, a context-length sweep, kernel profiles and a short train.py run of
 
 out_dir gets bench.md (every table, also printed), bench.json (the raw numbers), sweep.png, profile_<variant>.txt
 and smoke_<variant>/ with its log (the train.py runs); bench.md and bench.json are rewritten as each part ends.
-A step is train.py's (on random tokens). MFU = flops_per_token x tokens/s / common.peak_flops (a datasheet for a GPU;
+A step is train.py's train_step on random tokens made on the device once, without the host's batches (train.py
+makes them while the step before runs). MFU = flops_per_token x tokens/s / common.peak_flops (a datasheet for a GPU;
 on a CPU a matmul measured on the spot).
 """
 import datetime
@@ -160,16 +161,7 @@ def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_ste
     params = [p for p in model.parameters() if p.requires_grad]
     seqs = [torch.randint(V, (B, T + 1), device=env.device) for _ in range(A)]  # made on the device once
     batches = [(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in seqs]
-
-    def step():  # as train.py: forward and backward of every micro-batch, then one optimizer step
-        for x, y in batches:
-            with env.autocast():
-                _, loss = net(x, y)
-            (loss / A).backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+    step = lambda: train.train_step(net, batches, optimizer, params, 1.0, env)[0]
 
     times = []
     for r in range(1 + repeats):  # 0: the warm-up steps, compilation included

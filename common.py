@@ -18,8 +18,6 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
-from mixit import MixiT, MixiTConfig
-
 # ----------------------------------------------------------------------------- errors and the command line
 
 class ConfigError(Exception):
@@ -35,7 +33,7 @@ class Interrupted(Exception):
 
 
 class Stop:
-    """SIGTERM and Ctrl-C set a flag: the run checkpoints after this step and exits; a second Ctrl-C stops at once."""
+    """SIGTERM and Ctrl-C set a flag: the run checkpoints where it reads it and exits; a second Ctrl-C stops at once."""
 
     def __init__(self):
         self.signum = 0
@@ -149,16 +147,15 @@ def configure(defaults, argv, rules=None, files=True):
 
 # ----------------------------------------------------------------------------- device, dtype, processes
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # no float16: the residual stream could overflow
 
 
 @dataclass
 class Env:
     """Where this process computes: its device and autocast dtype, and its place among torchrun's processes."""
-    device: torch.device
-    dtype: torch.dtype
+    device: torch.device = torch.device("cpu")
+    dtype: torch.dtype = torch.float32
     rank: int = 0
-    local_rank: int = 0
     world_size: int = 1
     ddp: bool = False
     control: object = None  # under nccl, a gloo group on the host: agreeing on a flag costs no GPU sync
@@ -245,7 +242,7 @@ def pick_dtype(name, device):
         raise ConfigError(f"unknown dtype {name!r}; valid: auto, {', '.join(DTYPES)}")
     if name == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError(f"dtype=bfloat16 is not supported by {torch.cuda.get_device_name(device)}; "
-                          f"valid: float16, float32")
+                          f"valid: float32")
     return DTYPES[name]
 
 
@@ -255,7 +252,7 @@ def setup(device="auto", dtype="auto"):
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     dev = pick_device(device, local_rank, ddp)
-    env = Env(dev, pick_dtype(dtype, dev), rank, local_rank, world_size, ddp)
+    env = Env(dev, pick_dtype(dtype, dev), rank, world_size, ddp)
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # float32 matmuls on the tensor cores
         torch.backends.cudnn.allow_tf32 = True
@@ -366,16 +363,17 @@ def check_fingerprint(model, ckpt, path):
                               f"gives other values): the checkpoint comes from another version of mixit")
 
 
-def load_model(path, device="cpu"):
-    """The model of a checkpoint, in eval mode on device, and the checkpoint itself."""
-    ckpt = load_checkpoint(path, device)
+def load_weights(ckpt, path, build, optimizer=None):
+    """The model build() makes with the weights of ckpt (read from path), and optimizer with its state."""
     try:
-        model = MixiT(MixiTConfig(**ckpt["model_args"]), device)
+        model = build()
         check_fingerprint(model, ckpt, path)
         model.load_state_dict(ckpt["model"])
-    except (TypeError, ValueError, RuntimeError) as e:
+        if optimizer:
+            optimizer.load_state_dict(ckpt["optimizer"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise ConfigError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
-    return model.eval(), ckpt
+    return model
 
 
 def write_atomic(path, write):

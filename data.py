@@ -28,6 +28,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from common import Env
+from mixit import fixed_patterns
+
 # ============================================================================ algorithmic tasks
 
 TEST_SEED = 12345  # the reference's seed for test sets and fixed tables
@@ -709,12 +712,10 @@ def prefix_matching_score(attn, seg_len):
 def named_patterns(T, device=None):
     """Fixed causal attention patterns (T, T) a layer may need, each row a distribution over the positions it reads:
     the prefix mean (a running count, as Dyck's balance), the previous token, the first token and the identity."""
-    eye, causal = torch.eye(T, device=device), torch.ones(T, T, device=device).tril()
-    previous = eye.roll(-1, dims=1).tril()  # row i reads i - 1; row 0, with no token before it, itself
-    previous[0, 0] = 1.0
-    return {"prefix mean": causal / causal.sum(-1, keepdim=True), "previous token": previous,
+    fixed = fixed_patterns(T, True, device)  # MixiT's fixed heads' patterns
+    return {"prefix mean": fixed["mean"], "previous token": fixed["previous"],
             "first token": torch.zeros(T, T, device=device).index_fill_(1, torch.tensor([0], device=device), 1.0),
-            "identity": eye}
+            "identity": torch.eye(T, device=device)}
 
 
 def pattern_residuals(maps, patterns):
@@ -729,11 +730,11 @@ def pattern_residuals(maps, patterns):
     return {name: share[..., k] for k, name in enumerate(patterns)}
 
 
-def induction_scores(model, n_seqs=64, seg_len=None, seed=0):
-    """(n_layer, n_head) prefix-matching score of every head on repeated random segments."""
+def induction_scores(model, n_seqs=64, seg_len=None, seed=0, env=Env()):
+    """(n_layer, n_head) prefix-matching score of every head on repeated random segments, every world_size-th each."""
     idx = repeated_tokens(model.config, n_seqs, seg_len, seed, model.wte.weight.device)  # (n, 2s), where the model is
-    maps = in_eval(model, model.attention_maps, idx)  # (L, n, H, 2s, 2s)
-    return prefix_matching_score(maps, idx.size(1) // 2).mean(1).cpu()  # (L, H)
+    maps = in_eval(model, model.attention_maps, idx[env.rank::env.world_size])  # (L, n, H, 2s, 2s)
+    return env.all_reduce(prefix_matching_score(maps, idx.size(1) // 2).sum(1)).cpu() / n_seqs  # (L, H)
 
 
 def icl_score(model, n_seqs=64, seg_len=None, seed=0):
@@ -747,10 +748,10 @@ def icl_score(model, n_seqs=64, seg_len=None, seed=0):
     return (loss[:, s:].mean() - loss[:, :s - 1].mean()).item()  # targets s+1.. vs 1..s-1: s-1 tokens each
 
 
-def recall_scores(model, task, n_seqs=256):
+def recall_scores(model, task, n_seqs=256, env=Env()):
     """(n_layer, n_head) associative-recall score: the mean weight from each scored position t of the test sequences
-    to the token right after the first earlier occurrence of its key (task.key_of), the value it recalls."""
-    seqs = task.test[:n_seqs]
+    to the token right after the first earlier occurrence of its key (task.key_of), the value it recalls (sharded)."""
+    answers, seqs = int(task.scored(task.test[:n_seqs]).sum()), task.test[:n_seqs][env.rank::env.world_size]
     x = seqs[:, :-1]  # (n, T)
     rows, t = np.nonzero(task.scored(seqs))  # (M,) each
     found = (x[rows] == task.key_of(x[rows, t])[:, None]) & (np.arange(x.shape[1]) < t[:, None])  # (M, T): p < t
@@ -759,7 +760,7 @@ def recall_scores(model, task, n_seqs=256):
     maps = in_eval(model, model.attention_maps, torch.from_numpy(x).to(model.wte.weight.device))
     maps = maps.permute(1, 3, 4, 0, 2)  # (n, T, T, L, H)
     rows, t, source = (torch.from_numpy(a).to(maps.device) for a in (rows, t, found.argmax(1) + 1))  # after the key
-    return maps[rows, t, source].mean(0).cpu()  # (L, H)
+    return env.all_reduce(maps[rows, t, source].sum(0)).cpu() / answers  # (L, H)
 
 
 # ============================================================================ evaluation
@@ -801,7 +802,8 @@ def evaluate(model, task, split, batch_size, env):
 
 def induction_metrics(model, task, env):
     """Has an induction head formed, and where? The best head's score (or recall score), overall and per layer."""
-    scores = induction_scores(model, seed=TEST_SEED) if task.probe == "induction" else recall_scores(model, task)  # (L, H)
+    scores = induction_scores(model, seed=TEST_SEED, env=env) if task.probe == "induction" else \
+        recall_scores(model, task, env=env)  # (L, H)
     return {"induction_score": scores.max().item(), "induction_layers": scores.max(1).values.tolist()}
 
 

@@ -62,7 +62,10 @@ class MixiTConfig:  # the paper's variants need only the fields down to mix_beta
     base_depth: float = 4.0  # base_depth, as the reference's LM launchers run MixiT (lm_paper's, lm_cpu's comments)
     @property
     def layer_attn(self):
-        """Each layer's attention: attn in every layer, or the pattern's letters."""
+        """Each layer's attention: attn in every layer, or one letter per layer ('mmsm'); else a ValueError."""
+        if self.attn not in ATTNS and (len(self.attn) != self.n_layer or set(self.attn) - set(LETTERS)):
+            raise ValueError(f"unknown attn {self.attn!r}; valid: {', '.join(ATTNS)}, or one letter per layer for "
+                             f"n_layer={self.n_layer} (s softmax, f frozen_qk, m mixing, l learned_mixing)")
         return [self.attn] * self.n_layer if self.attn in ATTNS else [LETTERS[c] for c in self.attn]
 
     @property
@@ -75,15 +78,12 @@ class MixiTConfig:  # the paper's variants need only the fields down to mix_beta
         """One part of MixiT's parametrization: on where the parametrization is, unless standard_parts names it."""
         return self.mixit_param and part not in self.standard_parts.split(",")
 
-    def validate(self):
-        """Raise ValueError naming what is valid."""
+    def __post_init__(self):
+        """Validated as it is made: raise ValueError naming what is valid."""
         least = dict.fromkeys(("vocab_size", "block_size", "n_head", "n_embd"), 1) | {"n_layer": 0}
         for name, low in least.items():  # n_layer 0: embeddings, norm and head alone (a bigram, a bag of words)
             if getattr(self, name) < low:
                 raise ValueError(f"{name} must be {'positive' if low else '0 or more'}, got {getattr(self, name)}")
-        if self.attn not in ATTNS and (len(self.attn) != self.n_layer or set(self.attn) - set(LETTERS)):
-            raise ValueError(f"unknown attn {self.attn!r}; valid: {', '.join(ATTNS)}, or one letter per layer for "
-                             f"n_layer={self.n_layer} (s softmax, f frozen_qk, m mixing, l learned_mixing)")
         for name, valid in (("freeze", FREEZES), ("qk_init", QK_INITS), ("parametrization", PARAMETRIZATIONS),
                             ("pool", POOLS), ("pads", PADS), ("centring", CENTRINGS), ("fixed_head", FIXED_HEADS)):
             if getattr(self, name) not in valid:
@@ -91,7 +91,7 @@ class MixiTConfig:  # the paper's variants need only the fields down to mix_beta
                                  + ", ".join(repr(v) if v == "" else v for v in valid))
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
-        if (self.n_embd // self.n_head) % 2 and any(a not in MIXING for a in self.layer_attn):
+        if any(a not in MIXING for a in self.layer_attn) and (self.n_embd // self.n_head) % 2:  # attn checked
             raise ValueError(f"rotary embeddings need an even head size, got {self.n_embd // self.n_head}")
         if self.fixed_head and self.n_head < 2:
             raise ValueError(f"fixed_head needs n_head >= 2 (head 0 is the sink, head 1 the fixed), got {self.n_head}")
@@ -152,11 +152,15 @@ def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,)
     P[0].diagonal().fill_(-0.5)  # the sink head A_0 = I/2 + (token 0)/2: every token keeps half of itself
     P[0, 1:, 0] = 0.5  # and takes half of token 0 (row 0 holds only its own half)
     if fixed_head:  # head 1 a known pattern A_1: the prefix mean (a running count) or the previous token (a shift)
-        eye, ones = torch.eye(T, device=device), torch.ones(T, T, device=device)
-        mean = ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T  # row i: positions 0..i (all)
-        previous = eye[(torch.arange(T, device=device) - 1).clamp(min=0)]  # row i: position i - 1 (row 0: itself)
-        P[1] = (mean if fixed_head == "mean" else previous) - eye
+        P[1] = fixed_patterns(T, causal, device)[fixed_head] - torch.eye(T, device=device)
     return P
+
+
+def fixed_patterns(T, causal=True, device=None):
+    """FIXED_HEADS' patterns (T, T), rows summing to 1: the prefix mean (non-causal: the mean), the previous token."""
+    eye, ones = torch.eye(T, device=device), torch.ones(T, T, device=device)
+    mean = ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T  # row i: positions 0..i (all)
+    return {"mean": mean, "previous": eye[(torch.arange(T, device=device) - 1).clamp(min=0)]}  # row 0: itself
 
 
 def mix(P, v):
@@ -204,10 +208,10 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos().repeat(1, 2), persistent=False)  # (T, hd)
         self.register_buffer("sin", angles.sin().repeat(1, 2), persistent=False)
 
-    def forward(self, x, pos):  # x (B, H, t, hd) at positions pos .. pos+t-1
-        cos, sin = self.cos[pos:pos + x.size(2)].to(x.dtype), self.sin[pos:pos + x.size(2)].to(x.dtype)
-        x1, x2 = x.chunk(2, dim=-1)
-        return x * cos + torch.cat((-x2, x1), dim=-1) * sin  # each pair of channels rotated by its angle
+    def forward(self, x, pos):  # x (B, H, t, hd) at positions pos .. pos+t-1, rotated in float32 (fused if compiled)
+        cos, sin, dtype = self.cos[pos:pos + x.size(2)], self.sin[pos:pos + x.size(2)], x.dtype
+        x1, x2 = (x := x.float()).chunk(2, dim=-1)
+        return (x * cos + torch.cat((-x2, x1), dim=-1) * sin).to(dtype)  # each pair of channels rotated by its angle
 
 
 class KVCache:
@@ -348,7 +352,6 @@ class MixiT(nn.Module):
     def __init__(self, config, device=None, mixing_dtype=torch.float32):
         """The model on device: weights drawn on the host, MixiT's fixed matrices built on device in mixing_dtype."""
         super().__init__()
-        config.validate()
         self.config, C = config, config.n_embd
         attended = config.n_classes and config.pads == "attended" and 0 <= config.pad_id < config.vocab_size
         self.wte = nn.Embedding(config.vocab_size, C, padding_idx=config.pad_id if attended else None)  # pads at 0
@@ -382,8 +385,8 @@ class MixiT(nn.Module):
         x = self.wte(idx)  # (B, t, C)
         if self.wpe is not None:
             x = x + self.wpe.weight[pos:pos + idx.size(1)]  # learned absolute positions
-        if torch.is_autocast_enabled(x.device.type):
-            x = x.to(torch.get_autocast_dtype(x.device.type))  # the residual stream in the autocast dtype
+        if torch.is_autocast_enabled(x.device.type):  # the residual stream in the autocast dtype: half the bytes
+            x = x.to(torch.get_autocast_dtype(x.device.type))  # bfloat16 (float32's range), never float16 (overflow)
         return x
 
     def forward(self, idx, targets=None, cache=None):
@@ -405,7 +408,8 @@ class MixiT(nn.Module):
         logits = self.head(x)
         if targets is None:
             return logits, None
-        return None, F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=-1)
+        loss = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=-1, reduction="sum")
+        return None, loss / (targets >= 0).sum().clamp(min=1)  # the mean over the scored targets; 0 with none
 
     def pool(self, x, real):
         """(B, t, C) -> (B, C): the mean of the real tokens, or the last real token (the reference's classifier)."""

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from common import (ConfigError, OneOf, check_writable, cli, configure, defaults_of, load_model, non_negative, pick_device,
-                    positive)
+from common import (ConfigError, OneOf, check_writable, cli, configure, defaults_of, load_checkpoint, load_weights,
+                    non_negative, pick_device, positive)
 from data import (CORPUS_TASKS, TASKS, Tokenizer, encode_examples, icl_score, in_eval, induction_scores, make_task,
                   named_patterns, pattern_residuals, read_meta, recall_scores, repeated_tokens)
 from mixit import MixiT, MixiTConfig
@@ -88,23 +88,24 @@ def show_induction(model, task, config, name, dev):
 
 
 def show_answers(model, task, config, dev):
-    """Greedy answers beside the truth for the first evaluation examples of an algorithmic task."""
+    """Greedy answers beside the truth for the first evaluation examples of an algorithmic task, each run of consecutive
+    scored positions from the true tokens before it (MQAR's queries are given); returns the share of tokens right."""
     x, y = next(task.eval_batches(task.val_split, config["num_samples"]))
     right = total = exact = 0
     for xi, yi in zip(x.numpy(), y.numpy()):
-        scored = np.flatnonzero(yi >= 0)
+        scored, pred = np.flatnonzero(yi >= 0), np.full_like(yi, -1)
         if not len(scored):
             continue
-        first, last = scored[0], scored[-1]
-        prompt = torch.from_numpy(xi[:first + 1])[None].to(dev)  # (1, first+1)
-        out = model.generate(prompt, last - first + 1, top_k=1, use_cache=config["use_cache"])
-        pred = np.full_like(yi, -1)
-        pred[first:last + 1] = out[0, first + 1:].cpu().numpy()  # pred[p]: the token after position p
+        for first, last in zip(scored[np.r_[True, np.diff(scored) > 1]], scored[np.r_[np.diff(scored) > 1, True]]):
+            prompt = torch.from_numpy(xi[:first + 1])[None].to(dev)  # (1, first+1)
+            out = model.generate(prompt, last - first + 1, top_k=1, use_cache=config["use_cache"])
+            pred[first:last + 1] = out[0, first + 1:].cpu().numpy()  # pred[p]: the token after position p
         print(task.show(xi, yi, pred))
         hits = (pred[scored] == yi[scored]).sum()
         right, total, exact = right + hits, total + len(scored), exact + (hits == len(scored))
-    print(f"greedy decoding from each prompt: {right}/{total} answer tokens right ({right / max(total, 1):.1%}), "
+    print(f"greedy decoding from the true inputs: {right}/{total} answer tokens right ({right / max(total, 1):.1%}), "
           f"{exact}/{int((y >= 0).any(-1).sum())} examples entirely right")  # of the examples with an answer
+    return right / max(total, 1)
 
 
 def show_samples(model, tok, config, dev):
@@ -154,7 +155,8 @@ def show_corpus(model, name, config, train_config, dev):
 def show(config):
     """What the checkpoint in out_dir holds: answers, text or labels; or its attention maps and induction scores."""
     dev = pick_device(config["device"])
-    model, ckpt = load_model(os.path.join(config["out_dir"], "ckpt.pt"), dev)
+    ckpt = load_checkpoint(path := os.path.join(config["out_dir"], "ckpt.pt"), dev)
+    model = load_weights(ckpt, path, lambda: MixiT(MixiTConfig(**ckpt["model_args"]), dev)).eval()
     torch.manual_seed(config["seed"])
     name = ckpt["config"]["task"]
     corpus = name in CORPUS_TASKS or name.partition("_")[0] not in TASKS  # a prepared folder

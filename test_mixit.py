@@ -222,7 +222,7 @@ def test_bad_cuda_choices_name_what_is_valid(fake_cuda, monkeypatch):
     with pytest.raises(common.ConfigError, match=r"has 2 GPU\(s\); valid: cuda:0 .. cuda:1"):
         common.setup("cuda:2", "auto")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    with pytest.raises(common.ConfigError, match="bfloat16 is not supported by NVIDIA H100 80GB HBM3; valid: float16, float32"):
+    with pytest.raises(common.ConfigError, match="bfloat16 is not supported by NVIDIA H100 80GB HBM3; valid: float32$"):
         common.setup("cuda", "bfloat16")
     assert common.setup("cuda", "auto").dtype == torch.float32  # auto falls back where bf16 is missing
 
@@ -1652,17 +1652,22 @@ def torchrun_cmd(nproc, *args):
             *args]
 
 
-@pytest.mark.parametrize("accum, attn", [(1, "mixing"), (4, "fl")])
-def test_torchrun_two_processes_match_one(tmp_path, accum, attn):
+@pytest.mark.parametrize("accum, attn, more", [(1, "mixing", []), (4, "fl", []),
+                                              (1, "softmax", ["--task=induction_2", "--batch_size=2"])])
+def test_torchrun_two_processes_match_one(tmp_path, capsys, accum, attn, more):
     """The step is the same batch_size x accum sequences for any number of processes: whole micro-batches per
     process (accum 4: two each, the gradients synchronized on the last, none on the first), or each micro-batch's rows
-    dealt out (accum 1, the default); MixiT, and a hybrid of a Frozen-QK layer and a learned mixing layer."""
+    dealt out (accum 1, the default); MixiT, and a hybrid of a Frozen-QK layer and a learned mixing layer; and
+    induction_2 at 2 rows a step, where a process's row often scores nothing. The log lines read the same losses."""
     args = ["--task=addition_2", f"--attn={attn}", "--max_iters=4", "--eval_interval=2", "--device=cpu",
-            f"--gradient_accumulation_steps={accum}", *FAST]
+            f"--gradient_accumulation_steps={accum}", *FAST, "--log_interval=1", *more]
     proc = subprocess.run(torchrun_cmd(2, *args, f"--out_dir={tmp_path / 'ddp'}"), cwd=HERE, capture_output=True,
                           env=dict(os.environ, OMP_NUM_THREADS="1"), text=True, timeout=240)
     assert proc.returncode == 0, f"ddp run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     assert cli(train.main, args + [f"--out_dir={tmp_path / 'one'}"]) == 0
+    logged = lambda out: [float(v) for v in re.findall(r"iter \d/4: loss (\S+),", out)]
+    ddp_losses, one_losses = logged(proc.stdout), logged(capsys.readouterr().out)
+    assert len(ddp_losses) == 4 and ddp_losses == pytest.approx(one_losses, abs=2e-4)
     ddp, one = read_metrics(tmp_path / "ddp"), read_metrics(tmp_path / "one")
     assert len(ddp) == len(one) == 2
     for m, n in zip(ddp, one):
@@ -1847,7 +1852,7 @@ def test_a_checkpoint_of_another_seeds_matrices_is_refused_by_one_process(tmp_pa
     args = ["--task=addition_2", "--attn=mixing", *FAST]
     assert run_train(tmp_path, *args, "--max_iters=2") == 0
     ckpt = load_ckpt(tmp_path)
-    assert common.load_model(str(tmp_path / "ckpt.pt"))[1]["iter_num"] == 2
+    assert run_sample(tmp_path, "--num_samples=1") == 0  # its own fingerprint loads
     ckpt["fingerprint"] = common.fingerprint(MixiT(MixiTConfig(**{**ckpt["model_args"], "seed": 1})))
     torch.save(ckpt, tmp_path / "ckpt.pt")
     assert run_sample(tmp_path, "--num_samples=1") == 2
@@ -1994,7 +1999,7 @@ BAD_INPUTS = [
     (["CONFIG:n_layer = ("], "failed: SyntaxError"),
     (["--device=tpu"], "unknown device 'tpu'; valid: auto, cpu, cuda, cuda:N, mps"),
     (["--device=cuda"], "CUDA is not available here; valid: cpu"),
-    (["--dtype=float64"], "valid: auto, float32, bfloat16, float16"),
+    (["--dtype=float64"], "valid: auto, float32, bfloat16\n"),
     (["--n_layer=-1"], "n_layer must be 0 or more, got -1"),
     (["--batch_size=-4"], "must be positive"),
     (["--n_embd=100", "--n_head=3"], "n_embd=100 must be divisible by n_head=3"),
@@ -2559,7 +2564,7 @@ def test_greedy_answers_are_counted_by_token_and_by_example(capsys):
     lines = capsys.readouterr().out.splitlines()
     right, total = len(truths[0]) + len(truths[1]) - 1, sum(map(len, truths))
     assert [line.split()[-1] for line in lines[:3]] == ["ok", "WRONG", "WRONG"]
-    assert lines[3] == (f"greedy decoding from each prompt: {right}/{total} answer tokens right ({right / total:.1%}), "
+    assert lines[3] == (f"greedy decoding from the true inputs: {right}/{total} answer tokens right ({right / total:.1%}), "
                         f"1/3 examples entirely right")
 
 
@@ -3408,3 +3413,241 @@ def test_layer_residuals_are_each_layers_relative_least_squares_residual_average
             assert got[name][l].item() == pytest.approx(np.mean(shares), abs=1e-6), (name, l)
     assert 0.05 < got["prefix mean"][1].item() < 0.5  # one row of three misses it: the mean, not any one row
 
+
+
+# ===== issue 56: the training path under launchers, empty shares, true figures, the host's work, precision, resume
+
+def test_ddp_gets_the_device_it_picked_under_either_launcher(fake_cuda, monkeypatch):
+    """torchrun on a 2-GPU machine (LOCAL_RANK 1: cuda:1) and a launcher that shows each process one GPU (SLURM, one
+    GPU a task: LOCAL_RANK 3, only cuda:0 visible): DDP is handed the device picked, never LOCAL_RANK."""
+    handed = []
+    monkeypatch.setattr(train, "DDP", lambda model, device_ids, **kw: handed.append(device_ids) or model)
+    for local_rank, count, expected in (("1", 2, 1), ("3", 1, 0)):
+        for var, value in dict(RANK=local_rank, LOCAL_RANK=local_rank, WORLD_SIZE="4").items():
+            monkeypatch.setenv(var, value)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+        env = common.setup("cuda", "auto")
+        train.wrap(torch.nn.Linear(1, 1), {"compile": False}, env)
+        assert env.device == torch.device("cuda", expected) and handed[-1] == [expected]
+
+
+class GradsAtStep:
+    """An optimizer stand-in: at step() it keeps a copy of every gradient; zero_grad drops them."""
+
+    def __init__(self, model):
+        self.model, self.grads = model, None
+
+    def step(self):
+        self.grads = [p.grad.clone() for p in self.model.parameters()]
+
+    def zero_grad(self, set_to_none=True):
+        self.model.zero_grad(set_to_none=True)
+
+
+def test_a_share_without_scored_tokens_adds_nothing_and_two_processes_match_one():
+    """induction_2's rows of a 1-token segment score nothing: a step of 2 micro-batches of 2 rows where a share holds
+    no scored token. Dealt to 2 processes (rows, or whole micro-batches), each process's part (the counts all-reduced
+    by a stand-in) gives, averaged as DDP does, the loss and gradients of 1 process: finite, the token mean."""
+    task = data.make_task("induction_2")
+    config = dict(train.DEFAULTS, batch_size=2, gradient_accumulation_steps=2, seed=0)
+    it = next(i for i in range(100) if any((y[r] < 0).all() for x, y in
+                                            train.step_batches(task, config, [(0, slice(None)), (1, slice(None))], i)
+                                            for r in range(2)))
+    base = MixiT(MixiTConfig(vocab_size=task.vocab_size, block_size=task.block_size, n_layer=1, n_embd=16))
+
+    def step(world, rank, total=None):
+        env = types.SimpleNamespace(world_size=world, rank=rank, ddp=False, device=torch.device("cpu"),
+                                    autocast=common.nullcontext, all_reduce=lambda t: t if total is None else total)
+        model = MixiT(base.config)
+        model.load_state_dict(base.state_dict())
+        shares = train.step_shares(2, 2, env) if world > 1 else [(0, slice(None)), (1, slice(None))]
+        batches = train.step_batches(task, config, shares, it)
+        opt = GradsAtStep(model)
+        loss, _ = train.train_step(model, batches, opt, list(model.parameters()), 0.0, env)
+        return loss, opt.grads, batches
+
+    one_loss, one_grads, batches = step(1, 0)
+    total = sum((y >= 0).sum() for _, y in batches)
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    assert one_loss.item() == pytest.approx(base(x, y)[1].item(), rel=1e-5) and math.isfinite(one_loss.item())
+    for accum_split in (False, True):
+        parts = []
+        for rank in (0, 1):
+            env = types.SimpleNamespace(world_size=2, rank=rank)
+            shares = train.step_shares(2 if accum_split else 1, 2, env)
+            assert shares  # rows dealt out (accum 1 stand-in) or whole micro-batches
+            parts.append(step(2, rank, total))
+        assert (parts[0][0] + parts[1][0]).item() / 2 == pytest.approx(one_loss.item(), rel=1e-5)
+        for a, b, g in zip(parts[0][1], parts[1][1], one_grads):
+            assert torch.allclose((a + b) / 2, g, atol=1e-6)
+
+
+def test_a_run_whose_share_scores_nothing_trains_on(tmp_path, capsys):
+    """The measured stop: induction_2 at batch_size 1, where a step may score no token, trains to the end."""
+    assert run_train(tmp_path, "--task=induction_2", "--batch_size=1", "--max_iters=8", "--eval_interval=8",
+                     "--log_interval=1", "--compile=False", "--attn=softmax", "--n_layer=1", "--n_embd=16") == 0
+    losses = [float(v) for v in re.findall(r"iter \d+/8: loss (\S+),", capsys.readouterr().out)]
+    assert len(losses) == 8 and all(map(math.isfinite, losses)) and 0.0 in losses
+
+
+class Oracle:
+    """A perfect recaller: each new token is the one after the first earlier occurrence of the last token's key."""
+
+    def __init__(self, task):
+        self.task = task
+
+    def generate(self, idx, new, top_k=1, use_cache=True):
+        seq = idx[0].tolist()
+        for _ in range(new):
+            key = int(self.task.key_of(np.array(seq[-1])))
+            seq.append(seq[seq.index(key) + 1] if key in seq[:-1] else -2)
+        return torch.tensor(seq)[None]
+
+
+@pytest.mark.parametrize("name", ["mqar_8", "retrieval_6", "induction_8"])
+def test_a_perfect_recaller_scores_every_answer(name, capsys):
+    """sample.py decodes each run of scored positions from the true tokens before it: MQAR's queries are given."""
+    task = data.make_task(name)
+    assert sample.show_answers(Oracle(task), task, {"num_samples": 20, "use_cache": True}, "cpu") == 1.0
+    assert "WRONG" not in capsys.readouterr().out
+
+
+def test_figures_count_the_sequences_trained_and_leave_the_warm_up_out(tmp_path, capsys, monkeypatch):
+    """block_size 64 over addition_2's 9 tokens: tokens and FLOPs of 9-token sequences. A clock stand-in: the first
+    step takes 10 s (compiling), the others 0.1 s; the first log window (steps 2-3) reads 100 ms/iter, and a window
+    that holds only the first step names it."""
+    clock, step = [0.0], train.train_step
+
+    def timed_step(*args):
+        clock[0] += 10.0 if not timed_step.calls else 0.1
+        timed_step.calls += 1
+        return step(*args)
+    timed_step.calls = 0
+    monkeypatch.setattr(train, "train_step", timed_step)
+    monkeypatch.setattr(train, "time", types.SimpleNamespace(time=lambda: clock[0]))
+    assert run_train(tmp_path, "--task=addition_2", "--attn=softmax", "--block_size=64", "--max_iters=3",
+                     "--eval_interval=3", "--batch_size=4", "--log_interval=3", "--n_layer=1", "--n_embd=16") == 0
+    m, out = read_metrics(tmp_path)[-1], capsys.readouterr().out
+    model = MixiT(MixiTConfig(**load_ckpt(tmp_path)["model_args"]))
+    assert model.config.block_size == 64 and m["tokens"] == 3 * 4 * 9
+    assert m["flops"] == pytest.approx(3 * 4 * 9 * model.flops_per_token(9))
+    assert "100.0 ms/iter, 360 tok/s" in out and "warm-up" not in out
+    timed_step.calls = 0
+    assert run_train(tmp_path / "b", "--task=addition_2", "--max_iters=2", "--eval_interval=2", "--attn=softmax",
+                     "--log_interval=1", "--n_layer=1", "--n_embd=16") == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter ")]
+    assert "10000.0 ms/iter" in lines[0] and lines[0].endswith("warm-up step included")
+    assert "100.0 ms/iter" in lines[1] and "warm-up" not in lines[1]
+
+
+def batches_digest(batches, h):
+    for x, y in batches:
+        h.update(x.numpy().tobytes())
+        h.update(y.numpy().tobytes())
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=cuda)])
+def test_batches_made_ahead_are_todays(monkeypatch, tmp_path, device):
+    """The worker thread's batches are those of the code before it (a digest pinned from it), and the steps of a run
+    train on them, in order (on a GPU made by the worker while the step before runs; on a CPU, whose cores run the
+    step, made at the step)."""
+    h = hashlib.sha256()
+    for name in ("addition_3", "dyck_10", "retrieval_4", "induction_8", "mqar_8", "memorize_4", "modadd_7"):
+        config = dict(train.DEFAULTS, batch_size=8, seed=0)
+        for it in range(3):
+            batches_digest(train.AHEAD.submit(train.step_batches, data.make_task(name), config,
+                                              [(0, slice(None)), (1, slice(None))], it).result(), h)
+    assert h.hexdigest() == "30173dbd9a926986687e558bdb9c75a793aadc1a0937bef280b013290143e600"
+    seen, step = [], train.train_step
+    monkeypatch.setattr(train, "train_step", lambda model, batches, *a: seen.append(batches) or step(model, batches, *a))
+    assert run_train(tmp_path, "--task=dyck_10", "--max_iters=3", "--eval_interval=3", "--batch_size=4",
+                     "--attn=softmax", "--n_layer=1", "--n_embd=16", "--gradient_accumulation_steps=2",
+                     device=device) == 0
+    task = data.make_task("dyck_10")
+    for it, batches in enumerate(seen):
+        for micro, (x, y) in enumerate(batches):
+            ex, ey = task.get_batch("train", 4, seed=[0, it, micro])
+            assert torch.equal(x.cpu(), ex) and torch.equal(y.cpu(), ey)
+
+
+def test_checkpoints_when_val_loss_improves_and_at_the_end(tmp_path, monkeypatch):
+    """Evals read val_loss 3, 4, 2, 5: a checkpoint at the 1st and 3rd (better) and the 4th (the last); with
+    always_save_checkpoint at every one. metrics.jsonl holds every eval either way."""
+    for always, expected in ((False, [1, 3, 4]), (True, [1, 2, 3, 4])):
+        losses, saved = iter([3.0, 4.0, 2.0, 5.0]), []
+        monkeypatch.setattr(train, "eval_metrics", lambda *a: {"val_loss": next(losses)})
+        monkeypatch.setattr(train, "save_checkpoint", lambda path, m, o, c, cfg, state: saved.append(state))
+        out = tmp_path / str(always)
+        assert run_train(out, "--task=addition_2", "--max_iters=4", "--eval_interval=1", "--attn=softmax",
+                         "--n_layer=1", "--n_embd=16", f"--always_save_checkpoint={always}") == 0
+        assert [s["iter_num"] for s in saved] == expected and len(read_metrics(out)) == 4
+
+
+def test_stop_signal_is_read_at_log_steps_under_torchrun(tmp_path, monkeypatch, capsys):
+    """A stop asked for after step 1: one process stops at once (iter 1); under torchrun (a 1-process gloo group) at
+    the next log step (iter 3), reading no flag at the steps between."""
+    stops, step = [], train.train_step
+    monkeypatch.setattr(train, "Stop", lambda: stops.append(common.Stop()) or stops[-1])
+
+    def asking(*args):
+        stops[-1].signum = signal.SIGTERM  # as its handler sets it
+        return step(*args)
+    monkeypatch.setattr(train, "train_step", asking)
+    assert run_train(tmp_path / "one", "--task=addition_2", "--max_iters=9", "--eval_interval=9", "--attn=softmax",
+                     "--n_layer=1", "--n_embd=16", "--log_interval=3") == 128 + signal.SIGTERM
+    assert "at iter 1:" in capsys.readouterr().out
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for var, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                           MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(var, value)
+    assert run_train(tmp_path / "ddp", "--task=addition_2", "--max_iters=9", "--eval_interval=9", "--attn=softmax",
+                     "--n_layer=1", "--n_embd=16", "--log_interval=3") == 128 + signal.SIGTERM
+    assert "at iter 3:" in capsys.readouterr().out
+
+
+def test_probes_sharded_over_processes_sum_to_the_whole():
+    """Each of 2 processes scores every 2nd sequence; their sums (the all-reduce a stand-in for it) are the score."""
+    model, task = tiny_model(attn="softmax", vocab_size=512, block_size=16), data.make_task("retrieval_6")
+    whole = (data.induction_scores(model, seed=3), data.recall_scores(model, task))
+    parts = [(data.induction_scores(model, seed=3, env=env), data.recall_scores(model, task, env=env))
+             for env in (types.SimpleNamespace(rank=r, world_size=2, all_reduce=lambda t: t) for r in (0, 1))]
+    for k in (0, 1):
+        assert torch.allclose(parts[0][k] + parts[1][k], whole[k], atol=1e-6)
+        assert not torch.allclose(parts[0][k], whole[k])
+
+
+def test_float16_is_refused_in_one_line(tmp_path):
+    err = one_line_exit_2(run_train_process(tmp_path, "--dtype=float16"))
+    assert "valid: auto, float32, bfloat16" in err
+
+
+def test_rotary_turns_in_float32_and_rounds_once():
+    """In bfloat16 the rotation is float32's, rounded once at the end (the tables are never rounded)."""
+    rot = mixit.Rotary(16, 64, 10000.0)
+    x = torch.randn(2, 2, 64, 16)
+    want = rot(x, 0).bfloat16()
+    assert torch.equal(rot(x.bfloat16(), 0), mixit.Rotary(16, 64, 10000.0)(x.bfloat16().float(), 0).bfloat16())
+    assert rot(x.bfloat16(), 0).dtype == torch.bfloat16 and (rot(x.bfloat16(), 0).float() - want.float()).abs().max() < 0.1
+
+
+def test_resume_an_unfreeze_share_with_another_max_iters(tmp_path, capsys):
+    """unfreeze_at=50% of 4 steps (unfrozen at 2), resumed to 8 steps (50%: 4): its optimizer holds the unfrozen
+    parts, and the resumed run trains them on."""
+    args = ["--task=addition_2", "--attn=frozen_qk", "--unfreeze_at=50%", "--eval_interval=4", *FAST]
+    assert run_train(tmp_path, *args, "--max_iters=4") == 0
+    assert run_train(tmp_path, *args, "--max_iters=8", "--init_from=resume") == 0
+    ckpt = load_ckpt(tmp_path)
+    assert ckpt["iter_num"] == 8 and len(ckpt["optimizer"]["param_groups"]) == 4
+    assert "unfroze" not in capsys.readouterr().out.split("resumed")[1]
+
+
+def test_bench_times_train_py_s_step(monkeypatch):
+    """bench's training rows time train.train_step itself."""
+    calls, step = [], train.train_step
+    monkeypatch.setattr(train, "train_step", lambda *a: calls.append(1) or step(*a))
+    env = common.setup("cpu", "float32")
+    shape = dict(n_layer=1, n_embd=16, n_head=2, vocab_size=32, block_size=8, batch_size=2, accum=2)
+    row = bench.time_training(env, shape, "mixing", 2, 1, 1, False)
+    assert len(calls) == 3 and math.isfinite(row["final_loss"])

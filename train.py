@@ -17,13 +17,14 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, check_fingerprint, check_writable, cli,
-                    configure, defaults_of, fingerprint, format_time, load_checkpoint, non_negative, peak_flops,
-                    positive, save_checkpoint, setup, teardown, unit_interval, write_atomic)
+from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, check_writable, cli, configure, defaults_of,
+                    fingerprint, format_time, load_checkpoint, load_weights, non_negative, peak_flops, positive,
+                    save_checkpoint, setup, teardown, unit_interval, write_atomic)
 from data import chance_metrics, eval_metrics, make_task
 from mixit import ATTNS, FREEZES, LETTERS, MixiT, MixiTConfig, param_groups
 from report import describe_model, write_report
@@ -35,7 +36,8 @@ from report import describe_model, write_report
 # I/O
 out_dir = "out"
 eval_interval = 250
-log_interval = 250
+log_interval = 250  # also where a stop signal is read under torchrun
+always_save_checkpoint = False  # a checkpoint at every eval; False: when val_loss improves, and at the end
 init_from = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt)
 # task
 task = "addition_3,memorize_32,retrieval_6"  # a comma list of tasks (data.py), or corpora prepared by prepare.py
@@ -82,11 +84,11 @@ beta2 = 0.999
 grad_clip = 1.0  # 0 disables clipping
 # system
 device = "auto"  # auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps
-dtype = "auto"  # auto (bfloat16 on a CUDA GPU that has it, else float32), float32, bfloat16, float16
+dtype = "auto"  # auto (bfloat16 on a CUDA GPU that has it, else float32), float32, bfloat16 (no float16: overflow)
 compile = "auto"  # auto (on for CUDA), True, False
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
-RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "float32", "bfloat16", "float16")),
+RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "float32", "bfloat16")),
          "compile": OneOf(("auto", True, False)), "beta1": unit_interval, "beta2": unit_interval,
          **dict.fromkeys(("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "log_interval",
                           "eval_iters", "seeds", "learning_rate", "init_std", "base_ffn", "base_depth"), positive),
@@ -95,6 +97,7 @@ RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "flo
 ARCH_KEYS = [k for k in MixiTConfig.__dataclass_fields__]
 PAPER_ATTNS = ATTNS[:3]  # attn=all: the paper's three variants
 FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0, "flops": 0.0, "train_time": 0.0}  # a run's state at step 0
+AHEAD = ThreadPoolExecutor(1)  # on a GPU, makes the next step's batches while a step runs (a CPU's cores run the step)
 
 
 # ----------------------------------------------------------------------------- one training run
@@ -104,22 +107,20 @@ def model_config(config, task):
     if block < task.block_size:
         raise ConfigError(f"block_size={block} is shorter than the {task.name} sequences ({task.block_size} tokens)")
     base = config["base_width"] or (1.0 if task.n_classes else 512.0)  # the reference's classifier never sets it
-    mc = MixiTConfig(vocab_size=task.vocab_size, block_size=block, causal=task.causal, n_classes=task.n_classes,
-                     pad_id=task.pad_id, base_width=base,
-                     **{k: config[k] for k in ARCH_KEYS if k in config and k not in ("block_size", "base_width")})
-    try:
-        mc.validate()
+    try:  # a MixiTConfig is validated as it is made
+        return MixiTConfig(vocab_size=task.vocab_size, block_size=block, causal=task.causal, n_classes=task.n_classes,
+                           pad_id=task.pad_id, base_width=base,
+                           **{k: config[k] for k in ARCH_KEYS if k in config and k not in ("block_size", "base_width")})
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    return mc
 
 
-def unfreeze_step(config):
-    """The step at which the frozen parts start training, or None for never."""
+def unfreeze_step(config, start=0):
+    """The step at which the frozen parts start training, start if that is later (resumed), or None for never."""
     when = config["unfreeze_at"]
     if when == "never":
         return None
-    return round(float(when[:-1]) / 100 * config["max_iters"]) if when.endswith("%") else int(when)
+    return max(start, round(float(when[:-1]) / 100 * config["max_iters"]) if when.endswith("%") else int(when))
 
 
 def get_lr(it, config):
@@ -174,17 +175,10 @@ def load_state(path, mconf, model, optimizer, config, env):
                if k in config and v != config[k] and k != "init_from"]
     if changed:
         env.print(f"resuming with changed training options: {', '.join(changed)}")
-    state = {k: type(v)(ckpt.get(k, v)) for k, v in FRESH.items()}
-    switch = unfreeze_step(config)
-    if switch is not None and state["iter_num"] > switch:  # its optimizer holds the unfrozen parts
-        unfreeze(model, optimizer, config["weight_decay"])
-    try:
-        check_fingerprint(model, ckpt, path)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-    except (KeyError, RuntimeError, ValueError, TypeError) as e:
-        raise ConfigError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
-    return state
+    if len(ckpt.get("optimizer", {}).get("param_groups", ())) > len(optimizer.param_groups):
+        unfreeze(model, optimizer, config["weight_decay"])  # its frozen parts had started training
+    load_weights(ckpt, path, lambda: model, optimizer)
+    return {k: type(v)(ckpt.get(k, v)) for k, v in FRESH.items()}
 
 
 def start_run(config, task, env, ckpt_path, metrics_path):
@@ -228,32 +222,33 @@ def wrap(model, config, env):
     if env.ddp:
         no_sync = "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP).parameters else \
             "broadcast_buffers"  # torch < 2.13's name, which also skips the buffers' broadcast at construction
-        train_model = DDP(train_model, device_ids=[env.local_rank] if env.device_type == "cuda" else None,
+        train_model = DDP(train_model, device_ids=[env.device.index] if env.device_type == "cuda" else None,
                           **{no_sync: False})
     return train_model
 
 
-def train_step(train_model, task, optimizer, scaler, params, config, env, iter_num, shares):
-    """One optimizer step over this process's share of the step; returns its mean loss and the gradient norm."""
-    accum, step_loss = config["gradient_accumulation_steps"], torch.zeros((), device=env.device)
-    for i, (micro, rows) in enumerate(shares):  # micro-batch k of a step is the same whatever the process count
-        x, y = task.get_batch("train", config["batch_size"], seed=[config["seed"], iter_num, micro])
-        weight = env.world_size / accum * ((y[rows] >= 0).sum() / (y >= 0).sum().clamp(min=1)).item()
-        x, y = env.to_device(x[rows], y[rows])  # weight: this share's part of the micro-batch's scored tokens
+def step_batches(task, config, shares, iter_num):
+    """This process's micro-batches (x, y) of a step, on the host: micro-batch k is the same at any process count."""
+    return [[t[rows] for t in task.get_batch("train", config["batch_size"], seed=[config["seed"], iter_num, micro])]
+            for micro, rows in shares]
+
+
+def train_step(train_model, batches, optimizer, params, grad_clip, env):
+    """One optimizer step over this process's micro-batches (x, y) on the device. The step's loss is the sum over its
+    scored tokens over their count in the whole step, every micro-batch and process (a share may hold none); returns
+    world_size times this process's part of it (the processes' mean is the loss) and the gradient norm."""
+    counts = [(y >= 0).sum() for _, y in batches]
+    scale, step_loss = env.world_size / env.all_reduce(sum(counts)).clamp(min=1), torch.zeros((), device=env.device)
+    for i, ((x, y), count) in enumerate(zip(batches, counts)):
         if env.ddp:
-            train_model.require_backward_grad_sync = i == len(shares) - 1
+            train_model.require_backward_grad_sync = i == len(batches) - 1
         with env.autocast():
-            _, loss = train_model(x, y)
-        scaler.scale(loss * weight).backward()
-        step_loss += loss.detach() * weight  # this process's estimate of the step's loss; their mean is exact
-    norm = torch.zeros((), device=env.device)
-    if config["grad_clip"]:
-        scaler.unscale_(optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(params, config["grad_clip"])
-        if scaler.is_enabled():  # float16: overflowing steps are skipped by the scaler, not errors
-            norm = torch.zeros((), device=env.device)
-    scaler.step(optimizer)
-    scaler.update()
+            _, loss = train_model(x, y)  # the mean over this share's scored tokens, 0 where it has none
+        loss = loss * count * scale  # DDP averages the processes' gradients: world_size x its part
+        loss.backward()
+        step_loss += loss.detach()
+    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip) if grad_clip else torch.zeros((), device=env.device)
+    optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return step_loss, norm
 
@@ -278,7 +273,7 @@ def progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, p
     device (each process does 1/world_size of the work)."""
     tok_s = tokens_per_iter / dt
     mfu = flops_per_token * tok_s / env.world_size / peak if peak else None
-    return (f"iter {iter_num}/{config['max_iters']}: loss {loss.item():.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms/iter, "
+    return (f"iter {iter_num}/{config['max_iters']}: loss {loss:.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms/iter, "
             f"{tok_s:,.0f} tok/s" + (f" over {env.world_size} processes" if env.ddp else "")
             + f", mfu {'n/a' if mfu is None else f'{mfu * 100:.1f}%'}{' per process' if env.ddp else ''}, "
             + (f"peak {torch.cuda.max_memory_allocated(env.device) / 2 ** 30:.2f} GiB, " if env.device_type == "cuda"
@@ -290,46 +285,50 @@ def train_run(config, task, env, stop):
     """Train one (task, attn, freeze, unfreeze, seed) run into config['out_dir']; return its eval history."""
     ckpt_path, metrics_path = (os.path.join(config["out_dir"], f) for f in ("ckpt.pt", "metrics.jsonl"))
     mconf, model, optimizer, state, history, chance = start_run(config, task, env, ckpt_path, metrics_path)
-    train_model, switch = wrap(model, config, env), unfreeze_step(config)
+    iter_num, loss_sum, loss_steps, flops, train_time = state.values()  # in FRESH's order
+    train_model, switch = wrap(model, config, env), unfreeze_step(config, iter_num)
     params = [p for p in model.parameters() if p.requires_grad]  # what trains: clipped together
-    scaler = torch.amp.GradScaler(env.device_type, enabled=env.dtype == torch.float16)
     shares = step_shares(config["gradient_accumulation_steps"], config["batch_size"], env)
-    tokens_per_iter = config["batch_size"] * mconf.block_size * config["gradient_accumulation_steps"]
-    peak, flops_per_token = peak_flops(env.device, env.dtype), model.flops_per_token()
-    iter_num, loss_steps, flops, train_time = (state[k] for k in ("iter_num", "loss_steps", "flops", "train_time"))
-    loss_sum = torch.tensor(state["loss_sum"], device=env.device)  # the step losses since the last evaluation
+    tokens_per_iter = config["batch_size"] * task.block_size * config["gradient_accumulation_steps"]  # as trained
+    peak, flops_per_token = peak_flops(env.device, env.dtype), model.flops_per_token(task.block_size)
+    loss_sum = torch.tensor(loss_sum, device=env.device)  # the step losses since the last evaluation
     step_t = torch.tensor(iter_num, device=env.device)  # the step counter on the device: no sync to track it
     first_bad = torch.tensor(-1, device=env.device)  # the first step with a non-finite loss or gradient norm
+    ahead = None  # on a GPU, the future of the next step's batches
 
-    def save(metrics=()):  # a collective: the loss sum is all-reduced; never a checkpoint of a poisoned model
+    def save(metrics=(), checkpoint=True):  # a collective: the loss sum is all-reduced; never a poisoned checkpoint
         check_finite(first_bad, env, ckpt_path)
         state = {"iter_num": iter_num, "loss_sum": env.all_reduce(loss_sum.clone()).item() / env.world_size,
                  "loss_steps": loss_steps, "flops": flops, "train_time": train_time}
         if env.master:
             with open(metrics_path, "a") as f:
                 f.write("".join(json.dumps(m) + "\n" for m in metrics))
-            save_checkpoint(ckpt_path, model, optimizer, mconf, config, state)
+            if checkpoint:
+                save_checkpoint(ckpt_path, model, optimizer, mconf, config, state)
 
     t_log = t_mark = time.time()
-    log_iters = 0
-    while iter_num < config["max_iters"]:
-        if signum := env.agree_max(stop.signum):
+    log_iters, warming = 0, True  # warming: the first step of a model (its compilation included) is not logged
+    while iter_num < config["max_iters"]:  # under torchrun a stop signal is read at log steps: no sync at others
+        if (not env.ddp or iter_num % config["log_interval"] == 0) and (signum := env.agree_max(stop.signum)):
             train_time += time.time() - t_mark
             save()
             env.print(f"stopped by {signal.Signals(signum).name} at iter {iter_num}: wrote {ckpt_path}; "
                       f"continue with --init_from=resume")
             raise Interrupted(signum)
         if iter_num == switch and (count := unfreeze(model, optimizer, config["weight_decay"])):
-            before, flops_per_token = flops_per_token, model.flops_per_token()
+            before, flops_per_token = flops_per_token, model.flops_per_token(task.block_size)
             params = [p for p in model.parameters() if p.requires_grad]
-            train_model = wrap(model, config, env)  # DDP hooks the parameters that train at its construction
+            train_model, warming = wrap(model, config, env), True  # DDP hooks the parameters that train when built
             env.print(f"iter {iter_num}: unfroze {count:,} parameters; training FLOPs per token "
                       f"{before / 1e6:.3f}M -> {flops_per_token / 1e6:.3f}M")
         lr = get_lr(iter_num, config)
         for group in optimizer.param_groups:
             group["lr"] = lr
+        host = ahead.result() if ahead else step_batches(task, config, shares, iter_num)
+        ahead = AHEAD.submit(step_batches, task, config, shares, iter_num + 1) if env.device_type == "cuda" else None
+        batches = [env.to_device(x, y) for x, y in host]
         try:
-            loss, norm = train_step(train_model, task, optimizer, scaler, params, config, env, iter_num, shares)
+            loss, norm = train_step(train_model, batches, optimizer, params, config["grad_clip"], env)
         except torch.OutOfMemoryError:
             raise out_of_memory(config, ckpt_path) from None
         step_t += 1
@@ -338,11 +337,13 @@ def train_run(config, task, env, stop):
         flops += flops_per_token * tokens_per_iter
         iter_num, loss_steps, log_iters = iter_num + 1, loss_steps + 1, log_iters + 1
         last = iter_num == config["max_iters"]
-        if iter_num % config["log_interval"] == 0 or last:
+        if logs := iter_num % config["log_interval"] == 0 or last:
             check_finite(first_bad, env, ckpt_path)  # the one host sync of a logging step
-            dt = (time.time() - t_log) / log_iters
-            env.print(progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, peak, env))
-            t_log, log_iters = time.time(), 0
+            dt, loss = (time.time() - t_log) / log_iters, env.all_reduce(loss.clone()).item() / env.world_size
+            env.print(progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, peak, env)
+                      + (", warm-up step included" if warming else ""))
+        if logs or warming:  # a model's first step (compiling) is left out of the next line's rate
+            t_log, log_iters, warming = time.time(), 0, False
         if iter_num % config["eval_interval"] == 0 or last:
             train_time += time.time() - t_mark  # the loss read above waited for the device: the steps are done
             train_loss = env.all_reduce(loss_sum.clone()).item() / loss_steps / env.world_size
@@ -351,7 +352,8 @@ def train_run(config, task, env, stop):
             history.append({"iter": iter_num, "train_loss": train_loss,
                             **eval_metrics(model, task, config["batch_size"], env, chance), "lr": lr,
                             "tokens": iter_num * tokens_per_iter, "flops": flops, "time": round(train_time, 2)})
-            save(history[-1:])
+            best = min([m["val_loss"] for m in history[:-1]], default=math.inf)  # resumed: up to the checkpoint
+            save(history[-1:], config["always_save_checkpoint"] or last or history[-1]["val_loss"] < best)
             env.print("eval " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in
                                           history[-1].items() if not isinstance(v, list) and k not in
                                           ("lr", "tokens", "flops", "time")))
@@ -398,7 +400,7 @@ def head_counts(config):
 
 def starts_frozen(attn, freeze):
     """Does a variant hold parts that can unfreeze: frozen W_Q, W_K, MLPs or blocks, or learned mixing matrices?"""
-    kinds = [attn] if attn in ATTNS else [LETTERS[c] for c in attn]
+    kinds = MixiTConfig(attn=attn, n_layer=len(attn)).layer_attn  # as the model reads it
     return bool(freeze) or "frozen_qk" in kinds or "learned_mixing" in kinds
 
 
