@@ -241,8 +241,7 @@ def pick_dtype(name, device):
     if name not in DTYPES:
         raise ConfigError(f"unknown dtype {name!r}; valid: auto, {', '.join(DTYPES)}")
     if name == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ConfigError(f"dtype=bfloat16 is not supported by {torch.cuda.get_device_name(device)}; "
-                          f"valid: float32")
+        raise ConfigError(f"dtype=bfloat16 is not supported by {torch.cuda.get_device_name(device)}; valid: float32")
     return DTYPES[name]
 
 

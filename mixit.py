@@ -103,7 +103,6 @@ class MixiTConfig:  # the paper's variants need only the fields down to mix_beta
 
 # ----------------------------------------------------------------------------- fixed random numbers from integers
 
-
 def hash32(x):
     """Mueller's 32-bit integer hash, for Python ints and int64 tensors alike (every product stays below 2^63)."""
     x = (x >> 16 ^ x) * 0x45D9F3B & 0xFFFFFFFF
@@ -170,7 +169,6 @@ def mix(P, v):
 
 
 # ----------------------------------------------------------------------------- the model
-
 
 class Linear(nn.Linear):
     """A linear layer whose output, bias included, is multiplied by a fixed width multiplier (1 but for MixiT)."""

@@ -59,9 +59,8 @@ def summarize(runs, histories):
     for (task_name, variant), members in groups.items():
         finals = [f for _, f in members]
         keys = [k for k in finals[0] if not isinstance(finals[0][k], list) and k not in ("iter", "lr", "tokens")]
-        stats = {k: mean_std([f[k] for f in finals]) for k in keys}
         table.append({"task": task_name, "variant": variant, "model": members[0][0]["model"], "seeds": len(finals),
-                      "iter": finals[0]["iter"], **stats})
+                      "iter": finals[0]["iter"], **{k: mean_std([f[k] for f in finals]) for k in keys}})
     return table
 
 

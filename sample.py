@@ -53,12 +53,10 @@ RULES = {"num_samples": positive, "temperature": positive, "max_new_tokens": non
 
 def show_attention_maps(model, task, config, name, dev):
     """out_dir/attn_maps.png on the task's first evaluation example, else on a repeated random segment."""
-    if task is not None:
-        idx, _ = next(task.eval_batches(task.val_split, 1))
-        what, words = "its first evaluation example", [task.token_str(int(t)) for t in idx[0]]
-    else:
-        idx = repeated_tokens(model.config, 1, seed=config["seed"])
-        what, words = "a random segment and its repeat", [str(int(t)) for t in idx[0]]
+    idx = next(task.eval_batches(task.val_split, 1))[0] if task else \
+        repeated_tokens(model.config, 1, seed=config["seed"])
+    what = "its first evaluation example" if task else "a random segment and its repeat"
+    words = [(task.token_str if task else str)(int(t)) for t in idx[0]]
     maps = model.attention_maps(idx.to(dev))[:, 0].float().cpu().numpy()  # (L, H, t, t)
     kind = "fixed mixing matrices" if model.config.attn == "mixing" else "attention"  # a hybrid: per layer
     plot_attention_maps(maps, words if len(words) <= 40 else None, os.path.join(config["out_dir"], "attn_maps.png"),
