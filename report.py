@@ -115,32 +115,29 @@ def sample(values):  # per-seed values as (mean, std, n)
     return (*mean_std(values), len(values))
 
 
-def floor_reading(score, floor, lower_better):
-    """A score against its floor by the one-sided 95 % bounds: 'clears' it, 'at' it (within MATCH or below), or None."""
-    _, (lo, hi), _ = contrast([(1, score), (-1, floor)], 0.90)
-    lo, hi = (-hi, -lo) if lower_better else (lo, hi)
-    return "clears" if lo > 0 else "at" if hi < MATCH else None
-
-
-def compare(a, b, floor, direction, lower_better):
-    """What b against a shows: higher or lower values, or b competitive (beyond the midpoint of a and floor), by the
-    95 % interval (no: reversed beyond it); a match by the 90 % one inside ±MATCH (no: wholly outside it)."""
-    if direction == "match":
-        _, (lo, hi), _ = contrast([(1, b), (-1, a)], 0.90)
-        return "yes" if -MATCH < lo and hi < MATCH else "no" if lo >= MATCH or hi <= -MATCH else "not shown"
-    terms = [(1, b), (-1, a)] if direction != "competitive" else [(1, b), (-.5, a), (-.5, floor)]
-    _, (lo, hi), _ = contrast(terms, 0.95)
-    lo, hi = (-hi, -lo) if direction == "lower" or direction == "competitive" and lower_better else (lo, hi)
-    return "yes" if lo > 0 else "no" if hi < 0 else "not shown"
+def bounds(terms, conf, flip=False):
+    """The conf interval of a contrast, turned around (flip) where the claim's side is the lower one."""
+    _, (lo, hi), _ = contrast(terms, conf)
+    return (-hi, -lo) if flip else (lo, hi)
 
 
 def decide(a, b, floors, direction, lower_better):
-    """The word from two samples and their floors': a score the claim needs at its floor is not reproduced (with what
-    the difference alone shows); fails: the other at its floor while the first clears its."""
-    first, other = (floor_reading(s, f, lower_better) for s, f in zip((a, b), floors))
+    """The word from two samples (mean, std, n) and their floors'. Each score 'clears' its floor by the one-sided 95 %
+    bound, or stays 'at' it (below or within MATCH). A score the claim needs at its floor is not reproduced, with what
+    the difference alone shows: higher, lower, or competitive (b beyond the midpoint of a and floor: more than half of
+    a's gain kept) by the 95 % interval (no: reversed beyond it); a match by the 90 % one inside ±MATCH (no: wholly
+    outside); fails: b at its floor while a clears its."""
+    first, other = ("clears" if lo > 0 else "at" if hi < MATCH else None for lo, hi in
+                    (bounds([(1, s), (-1, f)], 0.90, lower_better) for s, f in zip((a, b), floors)))
     if direction == "fails":
         return NOT_REPRODUCED if first != "clears" else {"clears": "no", "at": "yes"}.get(other, "not shown")
-    word = compare(a, b, floors[1], direction, lower_better)
+    if direction == "match":
+        lo, hi = bounds([(1, b), (-1, a)], 0.90)
+        word = "yes" if -MATCH < lo and hi < MATCH else "no" if lo >= MATCH or hi <= -MATCH else "not shown"
+    else:
+        terms = [(1, b), (-1, a)] if direction != "competitive" else [(1, b), (-.5, a), (-.5, floors[1])]
+        lo, hi = bounds(terms, 0.95, direction == "lower" or direction == "competitive" and lower_better)
+        word = "yes" if lo > 0 else "no" if hi < 0 else "not shown"
     return word if first == other == "clears" else f"{NOT_REPRODUCED} (the difference alone: {word})"
 
 
@@ -195,7 +192,7 @@ def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS):
     (a, _), (b, _), (f, _) = mean_std(scores[0]), mean_std(scores[1]), mean_std(floors[1])
     interval += f"; keeps {(f - b) / (f - a):.0%} of the first's gain over the floor" * (directions == ("competitive",))
     shown = lambda s, f: f"{mean_std(s)[0]:.4g}" + (f" ± {mean_std(s)[1]:.2g}" if len(s) > 1 else "") + \
-        f" ({'clears' if floor_reading(sample(s), sample(f), lower_better) == 'clears' else 'not above'} " \
+        f" ({'clears' if bounds([(1, sample(s)), (-1, sample(f))], 0.90, lower_better)[0] > 0 else 'not above'} " \
         f"{mean_std(f)[0]:.4g})"
     return {"scores (floors)": " / ".join(map(shown, scores, floors)), "difference [interval], p": f"{diff:+.3g}"
             + interval, "steps": " / ".join(f"{s:,}" for s in steps), "two plateaus": " / ".join(map(plateaus, scores))
