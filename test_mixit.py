@@ -3002,6 +3002,8 @@ def test_welchs_interval_and_p_on_the_textbook_pair():
     ([0.50, 0.52, 0.48], [0.90, 0.92, 0.88], (FLOOR3, FLOOR3), (100, 100), "lower", "no"),  # reversed
     ([0.50, 0.60, 0.40], [0.62, 0.72, 0.52], (FLOOR3, FLOOR3), (100, 100), "higher",
      "not shown (7 seeds a model would decide it)"),  # 0.12 within t(4) 2.776 x 0.082; 7 seeds: 2.179 x 0.053
+    ([0.50, 0.52, 0.48], [0.46, 0.48, 0.44], (FLOOR3, FLOOR3), (100, 100), "higher",
+     "not shown (4 seeds a model would decide it)"),  # reversed, but [-0.085, +0.005] holds 0; 4 seeds: -0.005
     ([0.50, 0.60, 0.40], [0.50, 0.60, 0.40], (FLOOR3, FLOOR3), (100, 100), "higher",
      "not shown (more than 100 seeds a model at this spread)"),  # equal means: no count of seeds decides it
     ([1.00, 1.00, 1.00], [0.99, 0.995, 0.985], (FLOOR3, FLOOR3), (100, 100), "match", "yes"),  # 90 %: ±0.0084

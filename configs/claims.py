@@ -16,9 +16,9 @@ H16, H64 = "mixing h=16", "mixing h=64"
 RANDOM, MIXIT = "softmax freeze=blocks", "mixing h=16 freeze=blocks"  # embedding-only: every block frozen at init
 MEAN, PREVIOUS = ("dyck_16_mean", H16), ("lm_cpu_previous", H16)  # MixiT with head 1 the prefix mean, previous byte
 STD, MIX = " standard", " mixit"  # the depth runs' parametrizations
-DEPTH_SETS = (("Dyck-16, standard parametrization", "depth_L{}_standard", "dyck_16", STD),
-              ("Dyck-16, MixiT's parametrization", "depth_L{}_mixit", "dyck_16", MIX),
-              ("addition, each its own parametrization", "depth_add_L{}", "addition_3", ""))
+DEPTH_SETS = (("on Dyck-16, standard parametrization", "depth_L{}_standard", "dyck_16", STD),
+              ("on Dyck-16, MixiT's parametrization", "depth_L{}_mixit", "dyck_16", MIX),
+              ("on addition, each its own parametrization", "depth_add_L{}", "addition_3", ""))
 LM = "Frozen-QK is competitive on language modeling; MixiT trails"
 RETRIEVAL = "retrieval_cpu+retrieval_more"  # a sixth seed of softmax and MixiT on retrieval_6
 MORE = {(97, 6): "+modadd_97_6k_more"}  # a sixth seed of modular addition mod 97 at 6,000 steps
@@ -31,7 +31,7 @@ CLAIMS = {
          ("heads_6k_softmax", "softmax"), H64, "match"),
         ("on addition", "at 6,000 steps with 16 heads", "heads_6k", "addition_3", "val_acc",
          ("heads_6k_softmax", "softmax"), H16, "match"),
-        *[("on modular addition", f"mod {p} at {k},000 steps", f"modadd_{p}_{k}k" + MORE.get((p, k), ""),
+        *[("on modular addition", f"for mod {p} at {k},000 steps", f"modadd_{p}_{k}k" + MORE.get((p, k), ""),
            f"modadd_{p}", "val_acc", "softmax", H16, "match") for k in (6, 24) for p in (47, 97)],
         ("on Dyck-16", "at 1,500 steps", "dyck_16", "dyck_16", "val_acc", "softmax", H16, "match"),
         ("on memorization", "of 1,024 labels", "memorization_cpu", "memorize_32", "val_acc", "softmax", H16, "match"),
@@ -55,9 +55,9 @@ CLAIMS = {
         ("why Frozen-QK retrieves: its frozen W_Q, W_K at N(0, 0.02²) instead keep it at chance", "on retrieval_6",
          "retrieval_cpu", "retrieval_6", "val_acc", "frozen_qk", ("retrieval_qk_reference", "frozen_qk"), "fails")],
     "MLPs carry memorization": [
-        ("freezing the standard transformer's MLPs costs it", "bits a parameter on 16,384 labels", "capacity_cpu",
+        ("freezing the standard transformer's MLPs costs it", "in bits a parameter on 16,384 labels", "capacity_cpu",
          "memorize_128", "bits_per_param", "softmax", "softmax freeze=mlp", "lower"),
-        *[(f"freezing {who}'s MLPs costs it", f"accuracy on {n} labels", "memorization_cpu", f"memorize_{t}", "val_acc",
+        *[(f"freezing {who}'s MLPs costs it", f"in accuracy on {n} labels", "memorization_cpu", f"memorize_{t}", "val_acc",
            v, f"{v} freeze=mlp", "lower") for who, v in (("the standard transformer", "softmax"), ("MixiT", H16))
           for t, n in ((32, "1,024"), (64, "4,096"))]],
     "MixiT stores more bits per parameter than Frozen-MLP": [
