@@ -189,8 +189,9 @@ def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS):
     conf = 0.90 if directions == ("match",) else 0.95
     diff, (lo, hi), p = contrast([(1, sample(scores[1])), (-1, sample(scores[0]))], conf)
     interval = f" [{lo:+.3g}, {hi:+.3g}] {conf:.0%}, p {p:.2g}" if min(map(len, scores)) > 1 else " (one seed)"
-    (a, _), (b, _), (f, _) = mean_std(scores[0]), mean_std(scores[1]), mean_std(floors[1])
-    interval += f"; keeps {(f - b) / (f - a):.0%} of the first's gain over the floor" * (directions == ("competitive",))
+    if directions == ("competitive",):  # the share of the first's gain over the floor that the other keeps
+        (a, _), (b, _), (f, _) = mean_std(scores[0]), mean_std(scores[1]), mean_std(floors[1])
+        interval += f"; keeps {(f - b) / (f - a):.0%} of the first's gain over the floor"
     shown = lambda s, f: f"{mean_std(s)[0]:.4g}" + (f" ± {mean_std(s)[1]:.2g}" if len(s) > 1 else "") + \
         f" ({'clears' if bounds([(1, sample(s)), (-1, sample(f))], 0.90, lower_better)[0] > 0 else 'not above'} " \
         f"{mean_std(f)[0]:.4g})"

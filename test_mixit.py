@@ -3045,6 +3045,13 @@ def test_the_verdict_rule_on_losses_reads_lower_as_better():
         assert report.verdict([softmax, other], (mixit, mixit), (90, 90), "competitive", True) == word
 
 
+def test_a_score_at_its_floor_reads_without_dividing_by_it():
+    """Bits per parameter of 0 at the floor 0 (a table not yet held): the rule reads it, no share of a gain divides."""
+    runs = [dict(task="memorize_8", variant=v, seed=s, iter=5, bits_per_param=0.0) for v in ("a", "b") for s in (0, 1)]
+    cells = report.rule_cells(runs[:2], runs[2:], "bits_per_param")
+    assert cells["difference [interval], p"] == "+0 [+0, +0] 95%, p 1" and cells["higher"].startswith("not reproduced")
+
+
 def test_seeds_on_two_plateaus_are_counted():
     assert report.plateaus([1.0, 1.0, 1.0, 1.0, 0.8]) == "1 near 0.8, 4 near 1 (1, 1, 1, 1, 0.8)"
     assert report.plateaus([0.743, 0.607, 0.763, 0.609, 0.609]) == \
