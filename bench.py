@@ -1,6 +1,6 @@
 """
 One benchmark command: the three variants' training speed, MFU and memory at the paper's LM shape and at
-GPT-2 small, a context-length sweep, kernel profiles and a short train.py run of each, all in one folder.
+GPT-2 small, MixiT's build at long context, a context-length sweep, the attention op alone and kernel profiles.
 
   python bench.py --device=cuda --out_dir=out_bench   # the paper shapes (about 20 minutes on one H100)
   python bench.py --device=cpu                         # tiny shapes (about a minute on an idle CPU)
@@ -8,8 +8,8 @@ GPT-2 small, a context-length sweep, kernel profiles and a short train.py run of
   python bench.py --parts=calib,op                     # the attention op alone, softmax against MixiT
   python bench.py --device=cuda --parts=calib,sweep,op --compile=False   # context 256 to 8,192 (2 min on one H200)
 
-out_dir gets bench.md (every table, also printed), bench.json (the raw numbers), sweep.png, profile_<variant>.txt
-and smoke_<variant>/ with its log (the train.py runs); bench.md and bench.json are rewritten as each part ends.
+out_dir gets bench.md (every table, also printed), bench.json (the raw numbers), sweep.png and profile_<variant>.txt;
+bench.md and bench.json are rewritten as each part ends.
 A step is train.py's train_step on random tokens made on the device once, without the host's batches (train.py
 makes them while the step before runs). MFU = flops_per_token x tokens/s / common.peak_flops (a datasheet for a GPU;
 on a CPU a matmul measured on the spot).
@@ -22,21 +22,20 @@ import resource
 import statistics
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
 
 import torch
 from torch.nn import functional as F
 from torch.utils import benchmark
 
 import train
-from common import (ConfigError, OneOf, TrainingError, check_writable, cli, configure, defaults_of, measure_matmul,
-                    non_negative, peak_flops, positive, save_checkpoint, setup, synchronize, teardown, write_atomic)
+from common import (OneOf, TrainingError, check_writable, cli, configure, defaults_of, measure_matmul, non_negative,
+                    peak_flops, positive, save_checkpoint, setup, split_list, synchronize, teardown, write_atomic)
 from mixit import ATTNS, MixiT, MixiTConfig, mix, mixing_matrix
-from report import plot_sweep, read_json, table
+from report import plot_sweep, table
 
 # -----------------------------------------------------------------------------
 out_dir = "out_bench"
-parts = "calib,build,train,sweep,op,profile,smoke"  # a comma list of these
+parts = "calib,build,train,sweep,op,profile"  # a comma list of these
 attn = "all"  # softmax | frozen_qk | mixing | learned_mixing, a comma list, or all (the paper's three)
 size = "auto"  # auto (paper on CUDA, else tiny) | paper | tiny: the shapes, and what the 0s below mean
 device = "auto"  # auto, cpu, cuda, cuda:N
@@ -46,27 +45,24 @@ steps = 0  # timed optimizer steps per repeat (0: 50 paper, 5 tiny); the sweep t
 repeats = 0  # timed repeats, reported as their median and min (0: 5 paper, 2 tiny)
 warmup = 0  # untimed steps first, compilation included (0: 3 paper, 1 tiny)
 profile_steps = 3  # optimizer steps under torch.profiler, per variant, at the first shape
-smoke_task = "addition_3"
-smoke_iters = 0  # train.py steps per variant (0: 200 paper, 20 tiny)
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
-PARTS = ("calib", "build", "train", "sweep", "op", "profile", "smoke")
+PARTS = ("calib", "build", "train", "sweep", "op", "profile")
 RULES = {"size": OneOf(("auto", "paper", "tiny")), "dtype": OneOf(("auto", "float32", "bfloat16")),
          "compile": OneOf(("auto", True, False)), "profile_steps": positive,
-         **dict.fromkeys(("steps", "repeats", "warmup", "smoke_iters"), non_negative)}
+         **dict.fromkeys(("steps", "repeats", "warmup"), non_negative)}
 SHAPE = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "accum", "vocab_size")  # a training shape's keys
 LM = dict(n_layer=12, n_embd=512, n_head=8, vocab_size=50304)  # the paper's language models
 GPT2 = dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50304)  # GPT-2 small
 SMALL = dict(n_layer=2, n_embd=128, n_head=4, vocab_size=512)
-SIZES = {  # shapes: training shapes, a model's (MixiTConfig fields) and batch_size x accum micro-batches a step;
-    # sweep: a model at each T in Ts, tokens per step (batch = tokens // T); build: MixiT at long context; op: the
-    # attention op alone
-    "paper": dict(steps=50, repeats=5, warmup=3, smoke_iters=200, build=dict(LM, block_size=4096),
+SIZES = {  # shapes: a model's MixiTConfig fields and batch_size x accum micro-batches a step; sweep: a model at each
+    # T in Ts, tokens per step (batch = tokens // T); build: MixiT at long context; op: the attention op alone
+    "paper": dict(steps=50, repeats=5, warmup=3, build=dict(LM, block_size=4096),
                   shapes={"lm_paper": dict(LM, block_size=256, batch_size=64, accum=8),
                           "gpt2_small": dict(GPT2, block_size=1024, batch_size=16, accum=1)},
                   sweep=dict(model=GPT2, Ts=(256, 512, 1024, 2048, 4096), tokens=16384),
                   op=dict(batch=16, heads=12, head_size=64, Ts=(256, 512, 1024, 2048, 4096, 8192))),
-    "tiny": dict(steps=5, repeats=2, warmup=1, smoke_iters=20, sweep=dict(model=SMALL, Ts=(64, 128, 256), tokens=512),
+    "tiny": dict(steps=5, repeats=2, warmup=1, sweep=dict(model=SMALL, Ts=(64, 128, 256), tokens=512),
                  shapes={"lm_tiny": dict(SMALL, block_size=64, batch_size=8, accum=2),
                          "gpt2_tiny": dict(SMALL, block_size=128, batch_size=4, accum=1)},
                  build=dict(n_layer=12, n_embd=256, n_head=8, block_size=4096, vocab_size=512),
@@ -76,8 +72,6 @@ PRODUCTS = {"softmax": 6, "mixing": 2}  # the op part's variants: causal (T, T) 
 TRAIN = {"variant": "attn", "ms/step": "ms_median", "min ms/step": "ms_min", "tok/s": "tok_s_median",
          "MFU %": "mfu_pct", "GFLOP/token": lambda r: r["flops_per_token"] / 1e9, "peak MiB": "peak_mib",
          "params M": "params_m", "trainable M": "trainable_m", "warm-up s": "warmup_s"}
-SMOKE = {"variant": "attn", "task": "task", "iters": "iters", "train loss": "train_loss", "val loss": "val_loss",
-         "val acc": "val_acc", "val exact": "val_exact", "wall s": "wall_s", "status": "status"}
 
 
 def peak_memory(env, reset=False):
@@ -245,28 +239,6 @@ def mixing_op(env, config):
     return rows
 
 
-def smoke(env, config, attn, out):
-    """A short train.py run of one variant in this process (output: smoke_<variant>.log): final metrics, wall time."""
-    run_dir, n = os.path.join(out, f"smoke_{attn}"), config["smoke_iters"]
-    args = [f"--task={config['smoke_task']}", f"--attn={attn}", f"--max_iters={n}", f"--eval_interval={n}",
-            f"--log_interval={max(1, n // 4)}", f"--device={env.device}", f"--dtype={config['dtype']}",
-            f"--compile={config['compile']}", f"--out_dir={run_dir}"]
-    t0 = time.perf_counter()
-    with open(run_dir + ".log", "w") as log, redirect_stdout(log), redirect_stderr(log):
-        status = cli(train.main, args)
-    row = {"attn": attn, "task": config["smoke_task"], "iters": n, "wall_s": time.perf_counter() - t0, "status": "ok",
-           "command": "python train.py " + " ".join(args)}
-    if status:
-        with open(run_dir + ".log") as log:  # its last line says why
-            row["status"] = f"exit {status}: " + (log.read().strip().splitlines() or [""])[-1][:200]
-    try:
-        final = read_json(os.path.join(run_dir, "metrics.jsonl"), lines=True)[-1]
-        row.update({k: v for k, v in final.items() if k != "val_acc_pos"})
-    except ConfigError:
-        pass  # no eval written: the status says why
-    return row
-
-
 # ----------------------------------------------------------------------------- the report
 
 def describe(s):
@@ -285,10 +257,10 @@ def report(results, env):
         out += ["## Calibration\n", table([c], {"device": "device", "dtype": "dtype", "matmul": "matmul", "measured "
                 "TFLOP/s": "measured_tflops", "peak TFLOP/s": "peak_tflops", "measured / peak": "measured_over_peak"})]
     if "build" in results:
-        out += ["## MixiT at long context\n\nThe build (fixed matrices made one layer at a time, where they are used) "
-                "on each device, meta standing in for a GPU. Host peak over model: the build's peak host memory beyond "
-                "the finished model on the host, in one layer's matrices plus the parameters. Checkpoints hold the "
-                "parameters and AdamW's state, not the matrices.\n",
+        out += ["## MixiT at long context\n\nThe build (fixed matrices made a layer at a time, where they are used) on "
+                "each device, meta standing in for a GPU. Host peak over model: the build's host peak beyond the "
+                "finished model, in one layer's matrices plus the parameters. Checkpoints: parameters and AdamW's "
+                "state, no matrices.\n",
                 table(results["build"], {"device": "device", "layers": "layers", "width": "width", "heads": "heads",
                       "T": "T", "build s": "build_s", "matrices MiB": "matrices_mib", "one layer MiB": "layer_mib",
                       "params MiB": "params_mib", "host peak MiB": "host_peak_mib", "host peak over model":
@@ -318,8 +290,6 @@ def report(results, env):
         out += [f"## Profile: {a}\n\n`profile_{a}.txt`: {p['steps']} steps by {p['sort']}; the top 5:\n",
                 table(p["top"], {"op": lambda t: f"`{t['name'][:70]}`", "ms/step": "ms_per_step",
                                  "share %": "share_pct"})]
-    if "smoke" in results:
-        out += ["## train.py runs\n", table(results["smoke"], SMOKE)]
     return "\n".join(out)
 
 
@@ -366,14 +336,11 @@ def train_and_profile(env, config, wanted, results, out):
 
 def main(argv):
     config = configure(DEFAULTS, argv, RULES, files=False)
-    wanted = [p.strip() for p in config["parts"].split(",") if p.strip()]
-    attns = list(ATTNS[:3]) if config["attn"] == "all" else [a.strip() for a in config["attn"].split(",")]
-    for name, items, valid in (("part", wanted, PARTS), ("attn", attns, ATTNS)):
-        if unknown := [item for item in items if item not in valid]:
-            raise ConfigError(f"unknown {name} {unknown[0]!r}; valid: {', '.join(valid)}" + ", all" * (name == "attn"))
+    wanted = split_list(config["parts"], "part", OneOf(PARTS))
+    attns = list(train.PAPER_ATTNS) if config["attn"] == "all" else split_list(config["attn"], "attn", OneOf(ATTNS))
     env = setup(config["device"], config["dtype"])
     size = config["size"] if config["size"] != "auto" else "paper" if env.device_type == "cuda" else "tiny"
-    config.update({k: config[k] or SIZES[size][k] for k in ("steps", "repeats", "warmup", "smoke_iters")}, size=size,
+    config.update({k: config[k] or SIZES[size][k] for k in ("steps", "repeats", "warmup")}, size=size,
                   attns=attns, compile=env.device_type == "cuda" if config["compile"] == "auto" else config["compile"])
     out = config["out_dir"]
     check_writable(out)
@@ -396,10 +363,6 @@ def main(argv):
             write(results, env, out)
         if "op" in wanted:
             results["op"] = mixing_op(env, config)
-            write(results, env, out)
-        for a in attns if "smoke" in wanted else ():
-            results.setdefault("smoke", []).append(row := smoke(env, config, a, out))
-            print(f"  train.py {a}: {row['status']}, {row['wall_s']:.0f} s", flush=True)
             write(results, env, out)
         results["total_s"] = time.perf_counter() - t_start
         print("\n" + write(results, env, out) + f"\nwrote {out}/bench.md and bench.json in {results['total_s']:.0f} s")

@@ -90,6 +90,15 @@ class OneOf(tuple):
         return None if value in self else "valid: " + ", ".join(repr(v) if v == "" else str(v) for v in self)
 
 
+def split_list(text, name, rule):
+    """The items of a comma-list option, each held to rule (OneOf or rule_that): the first that breaks it is named."""
+    items = [item.strip() for item in text.split(",")]
+    for item in items:
+        if problem := rule(item):
+            raise ConfigError(f"unknown {name} {item!r}; {problem}")
+    return items
+
+
 def parse_literal(key, text, default, rule):
     """--key=text's value: a string option keeps the text (unless it names a non-string choice), else a literal."""
     try:

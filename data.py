@@ -10,8 +10,7 @@ make_task(name) builds a task by its command-line name:
   memorize_N   random labels for all N^2 two-token inputs              (memorization; scored on the training set)
   induction_N  a random segment followed by its repeat                 (the classic induction-head task)
   mqar_N       up to N key -> value pairs, then every key queried      (multi-query associative recall, Zoology's MQAR)
-  wikitext103, wikitext2, tinyshakespeare, text, yelp_polarity, sst2, or a --name given to prepare.py:
-               a corpus prepared in data/<name> by `python prepare.py NAME`
+  wikitext103, wikitext2, tinyshakespeare, text, yelp_polarity, sst2, or a prepare.py --name: data/<name>, prepared
 A bare algorithmic name takes the default N. Every task gives batches (x, y) of LongTensors where
 y = -1 at the positions that are not scored, and a fixed evaluation split that no training batch repeats.
 """
@@ -147,10 +146,9 @@ class StreamTask(Task):
 
 
 class Addition(StreamTask):
-    """rev(a) + rev(b) = rev(a+b) STOP PAD..., a and b N-digit numbers, vocab 31:
-    0-9 operand digits, 10 '+', 11 '=', 12 PAD, 20+d answer digit d, 30 STOP.
-    Scored: every answer digit and STOP. The reference scores from the second answer digit on (its mask looks at the
-    input token, so the first digit, predicted at '=', is skipped) and also scores the PAD after STOP."""
+    """rev(a) + rev(b) = rev(a+b) STOP PAD..., a and b N-digit numbers, vocab 31: 0-9 operand digits, 10 '+', 11 '=',
+    12 PAD, 20+d answer digit d, 30 STOP. Scored: every answer digit and STOP. The reference's mask reads the input
+    token, so it skips the first digit (predicted at '=') and scores the PAD after STOP."""
 
     PLUS, EQ, PAD, ANS, STOP = 10, 11, 12, 20, 30
     metrics = ("val_exact", "val_acc_pos")  # the whole answer, and each digit's place
@@ -271,9 +269,8 @@ class Dyck(StreamTask):
 
 
 class Retrieval(StreamTask):
-    """k1 v1 k2 v2 ... kn vn q v PAD... with n ~ U{1..N} distinct keys (the reference's condattend),
-    vocab 512 = 2H: 0 PAD, values 1..H-1, key k is H+k, the query for key k is H+N+k.
-    Scored: the value after the query, which needs content-based (input-dependent) attention."""
+    """k1 v1 k2 v2 ... kn vn q v PAD... with n ~ U{1..N} distinct keys (the reference's condattend), vocab 512 = 2H:
+    0 PAD, values 1..H-1, key k is H+k, its query H+N+k. Scored: the value after the query (content-based attention)."""
 
     metrics, probe = ("val_acc_at",), "recall"
 
@@ -314,9 +311,8 @@ class Retrieval(StreamTask):
 
 
 class Induction(StreamTask):
-    """s s r, s a segment of n ~ U{ceil(N/2)..N} distinct random tokens, r random filler to length 2N
-    (vocab 64, or 2N if larger). Scored: the 2nd..nth tokens of the repeat. The segment length varies,
-    so the answer sits at no fixed offset: it must be found by content (an induction head)."""
+    """s s r: a segment s of n ~ U{ceil(N/2)..N} distinct random tokens, random filler r to length 2N (vocab max(64,
+    2N)). Scored: the repeat's 2nd..nth tokens; n varies, so they sit at no fixed offset (an induction head's task)."""
 
     metrics, probe = ("val_acc_pos",), "induction"
 
@@ -442,8 +438,8 @@ class Memorize(TableTask):
         super().__init__(f"memorize_{n}", 2 * n, np.stack([a, n + b, labels], axis=1), 1.0)
 
 
-TASKS = {  # name -> (class, default N, smallest N)
-    "addition": (Addition, 10, 1), "dyck": (Dyck, 30, 1), "retrieval": (Retrieval, 30, 1),
+TASKS = {  # name -> (class, default N, smallest N: below it the test set holds almost every sequence)
+    "addition": (Addition, 10, 2), "dyck": (Dyck, 30, 4), "retrieval": (Retrieval, 30, 2),
     "modadd": (ModAdd, 199, 2), "memorize": (Memorize, 512, 2), "induction": (Induction, 16, 2),
     "mqar": (MQAR, 16, 1),
 }
@@ -537,9 +533,8 @@ def encode_examples(tok, texts, max_len):
 
 
 class TextTask:
-    """Next-token prediction on windows of block_size tokens of data/<name>/{train,val,test}.bin: uint16
-    streams with an end-of-text token between documents. The reference pads each WikiText line on
-    its own to T tokens instead; packing spends no compute on padding."""
+    """Next-token prediction on block_size windows of data/<name>/{train,val,test}.bin, uint16 token streams with an
+    end-of-text token between documents (packed: the reference pads each WikiText line to T, computing on padding)."""
 
     n_classes, causal, pad_id = 0, True, -1
     metrics, probe = ("val_ppl",), "induction"  # per token; induction heads form on text
@@ -552,8 +547,7 @@ class TextTask:
             if split not in meta["tokens"]:
                 raise ValueError(f"{folder} has no {split!r} split; valid: {', '.join(meta['tokens'])}")
             if meta["tokens"][split] <= block_size:
-                raise ValueError(f"{folder} has {meta['tokens'][split]} {split} tokens; block_size={block_size} "
-                                 f"needs more")
+                raise ValueError(f"{folder}: only {meta['tokens'][split]} {split} tokens for block_size={block_size}")
             path = os.path.join(folder, f"{split}.bin")
             size = os.path.getsize(path) if os.path.isfile(path) else -1
             if size != 2 * meta["tokens"][split]:  # a truncated or foreign file, not the one meta.json describes
@@ -598,9 +592,8 @@ class TextTask:
 
 
 class ClassifyTask:
-    """Sequence classification on data/<name>/{split}_x.npy (token ids, padded with pad_id to max_len)
-    and {split}_y.npy (labels). The model reads the whole text at once (causal=False), as the paper's
-    classifier, and pools its real tokens."""
+    """Sequence classification on data/<name>/{split}_x.npy (token ids padded with pad_id to max_len) and _y.npy
+    (labels): as the paper's classifier, the model reads the whole text at once (causal=False) and pools its tokens."""
 
     causal, metrics, probe = False, ("val_margin_std",), None  # how far its log-odds move with the input
 
@@ -719,9 +712,8 @@ def named_patterns(T, device=None):
 
 
 def pattern_residuals(maps, patterns):
-    """How well the span of a layer's heads forms each pattern: the relative least-squares residual
-    min_c ||sum_h c_h A_h - P|| / ||P||, 0 when some mix of the heads is the pattern exactly, 1 when it holds nothing
-    of it. maps (..., H, T, T): one layer's heads (on one input each); returns {name: (...)}, in float64 on the host."""
+    """How well the span of a layer's heads forms each pattern P: min_c ||sum_h c_h A_h - P|| / ||P||, 0 when a mix of
+    the heads is P, 1 when it holds nothing of it. maps (..., H, T, T): one layer's heads; {name: (...)}, float64."""
     heads = maps.cpu().double().flatten(-2).transpose(-1, -2)  # (..., T*T, H): a column per head (MPS has no float64)
     targets = torch.stack([p.cpu().double().flatten() for p in patterns.values()], -1)  # (T*T, K)
     targets = targets.expand(*heads.shape[:-1], targets.size(-1))

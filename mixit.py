@@ -467,8 +467,7 @@ class MixiT(nn.Module):
 
     @torch.no_grad()
     def attention_maps(self, idx):
-        """The attention each layer applies to idx (B, t), as (n_layer, B, n_head, t, t); MixiT's fixed matrices.
-        A classifier's masked padding keys get weight 0, as in forward."""
+        """(n_layer, B, n_head, t, t): each layer's attention on idx (B, t), a classifier's masked pads at weight 0."""
         pad_mask = idx != self.config.pad_id if self.config.n_classes and self.config.pads == "masked" else None
         x, maps = self.embed(idx), []
         for block in self.blocks:

@@ -43,9 +43,8 @@ SOURCES = {  # public sources with their published checksums
     "tinyshakespeare": dict(kind="lm", files={"input": ("input.txt",)}, splits={"input": "stream"},
                             url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
                             sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
-    # Yelp polarity: the public archive holds train.csv (560k) and test.csv (38k, evaluated as 'val'). The
-    # star-rated offline copy (yelp_reviews_stars) has only dev.csv and test.csv (5k reviews each):
-    # dev.csv trains and test.csv evaluates; meta.json records the files and the label rule.
+    # Yelp polarity: the public archive holds train.csv (560k) and test.csv (38k, evaluated as 'val'); the star-rated
+    # offline copy (yelp_reviews_stars) dev.csv and test.csv (5k each), which train and evaluate (rule in meta.json).
     "yelp_polarity": dict(kind="classification", files={"train": ("train.csv", "dev.csv"), "test": ("test.csv",)},
                           splits={"train": "train", "test": "val"}, md5="620c8ae4bd5a150b730f1ba9a7c6a4d3",
                           url="https://drive.usercontent.google.com/download?id=0Bz8a_Dbh9QhbNUpYQ2N3SGlFaDg"

@@ -122,11 +122,10 @@ def bounds(terms, conf, flip=False):
 
 
 def decide(a, b, floors, direction, lower_better):
-    """The word from two samples (mean, std, n) and their floors'. Each score 'clears' its floor by the one-sided 95 %
-    bound, or stays 'at' it (below or within MATCH). A score the claim needs at its floor is not reproduced, with what
-    the difference alone shows: higher, lower, or competitive (b beyond the midpoint of a and floor: more than half of
-    a's gain kept) by the 95 % interval (no: reversed beyond it); a match by the 90 % one inside ±MATCH (no: wholly
-    outside); fails: b at its floor while a clears its."""
+    """The word from two samples (mean, std, n) and their floors'. A score 'clears' its floor by the one-sided 95 %
+    bound or stays 'at' it (below, or within MATCH); one the claim needs at its floor is not reproduced. higher, lower
+    and competitive (b past the midpoint of a and its floor) read the 95 % interval (no: reversed beyond it), match the
+    90 % one inside ±MATCH (no: wholly outside), fails: b at its floor while a clears its."""
     first, other = ("clears" if lo > 0 else "at" if hi < MATCH else None for lo, hi in
                     (bounds([(1, s), (-1, f)], 0.90, lower_better) for s, f in zip((a, b), floors)))
     if direction == "fails":
@@ -142,10 +141,9 @@ def decide(a, b, floors, direction, lower_better):
 
 
 def verdict(scores, floors, steps, direction, lower_better=False, most=100):
-    """The word for a claim about two models, the first and the other: scores and floors are their per-seed lists,
-    steps their budgets, direction the claim's for the other against the first (DIRECTIONS, or competitive). Equal
-    budgets and two seeds each come first; not shown comes with the fewest seeds a model (up to most) at which the
-    observed means and spreads would decide it."""
+    """The word for a claim on two models, the first and the other: their per-seed scores and floors, steps their
+    budgets, direction the other's against the first (DIRECTIONS, or competitive). Equal budgets and two seeds each
+    come first; not shown comes with the fewest seeds a model (up to most) that would decide it at the same spreads."""
     if steps[0] != steps[1]:
         return "unequal budgets"
     if min(map(len, scores)) < 2:

@@ -273,8 +273,7 @@ def express_at_init(config):
 
 
 def show_express(model, task, config, dev):
-    """The probe on each layer of a checkpoint and of the same model at init, on the task's first evaluation rows (a
-    corpus: repeated random segments)."""
+    """The probe on each layer of a checkpoint and at init, on the task's first evaluation rows (a corpus: repeats)."""
     idx = next(task.eval_batches(task.val_split, 8))[0] if task else repeated_tokens(model.config, 8, seed=config["seed"])
     rows = []
     for when, m in (("trained", model), ("at init", MixiT(model.config, dev))):

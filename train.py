@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, check_writable, cli, configure, defaults_of,
                     fingerprint, format_time, load_checkpoint, load_weights, non_negative, peak_flops, positive,
-                    save_checkpoint, setup, teardown, unit_interval, write_atomic)
+                    rule_that, save_checkpoint, setup, split_list, teardown, unit_interval, write_atomic)
 from data import chance_metrics, eval_metrics, make_task
 from mixit import ATTNS, FREEZES, LETTERS, MixiT, MixiTConfig, param_groups
 from report import describe_model, write_report
@@ -96,6 +96,12 @@ RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "flo
                           "base_width", "depth_alpha", "sigma_min"), non_negative)}
 ARCH_KEYS = [k for k in MixiTConfig.__dataclass_fields__]
 PAPER_ATTNS = ATTNS[:3]  # attn=all: the paper's three variants
+LIST_RULES = {  # the comma-list options' items
+    "attn": rule_that(lambda a: a in ATTNS or a and set(a) <= set(LETTERS), f"valid: {', '.join(ATTNS)}, all, or one "
+                      f"letter per layer (s softmax, f frozen_qk, m mixing, l learned_mixing)"),
+    "freeze": OneOf(FREEZES), "mixing_heads": rule_that(lambda h: h.isdigit() and int(h) > 0, "valid: integers > 0"),
+    "unfreeze_at": rule_that(lambda u: u == "never" or u.isdigit() or u[-1:] == "%" and u[:-1].isdigit() and
+                             int(u[:-1]) <= 100, "valid: never, a step like 2000 or a share like 50% (0-100%)")}
 FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0, "flops": 0.0, "train_time": 0.0}  # a run's state at step 0
 AHEAD = ThreadPoolExecutor(1)  # on a GPU, makes the next step's batches while a step runs (a CPU's cores run the step)
 
@@ -269,8 +275,7 @@ def check_finite(first_bad, env, ckpt_path):
 
 
 def progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, peak, env):
-    """The log line of a training step: its loss, step size, time, throughput over all processes and the MFU of one
-    device (each process does 1/world_size of the work)."""
+    """A training step's log line: loss, step size, time, throughput over all processes, and one device's MFU."""
     tok_s = tokens_per_iter / dt
     mfu = flops_per_token * tok_s / env.world_size / peak if peak else None
     return (f"iter {iter_num}/{config['max_iters']}: loss {loss:.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms/iter, "
@@ -370,34 +375,6 @@ def run_label(run):
             + (f" {run['parametrization']}" if run["parametrization"] != "auto" else ""))
 
 
-def split_list(text, valid, name):
-    items = list(valid) if text == "all" else [s.strip() for s in text.split(",")]
-    for item in items:
-        if item not in valid and not (name == "attn" and item and set(item) <= set(LETTERS)):
-            shown = ", ".join(repr(v) if v == "" else v for v in valid)
-            raise ConfigError(f"unknown {name} {item!r}; valid: {shown}" + (
-                ", all, or one letter per layer (s softmax, f frozen_qk, m mixing, l learned_mixing)"
-                if name == "attn" else ""))
-    return items
-
-
-def unfreeze_list(text):
-    items = [s.strip() for s in text.split(",")]
-    for item in items:
-        number = item[:-1] if item.endswith("%") else item
-        if not (item == "never" or number.isdigit() and (item == number or int(number) <= 100)):
-            raise ConfigError(f"unfreeze_at={text!r}: expected never, a step like 2000 or a share like 50% (0-100%)")
-    return items
-
-
-def head_counts(config):
-    """MixiT's head counts: mixing_heads as a list of positive integers, or n_head."""
-    heads = [h.strip() for h in config["mixing_heads"].split(",")] if config["mixing_heads"] else [config["n_head"]]
-    if not all(str(h).isdigit() and int(h) > 0 for h in heads):
-        raise ConfigError(f"mixing_heads={config['mixing_heads']!r}: expected positive integers like '4,16,64'")
-    return [int(h) for h in heads]
-
-
 def starts_frozen(attn, freeze):
     """Does a variant hold parts that can unfreeze: frozen W_Q, W_K, MLPs or blocks, or learned mixing matrices?"""
     kinds = MixiTConfig(attn=attn, n_layer=len(attn)).layer_attn  # as the model reads it
@@ -408,11 +385,13 @@ def plan_runs(config):
     """Every (task, attn and heads, freeze, unfreeze, seed) combination, each with its own out_dir when there are
     several. A schedule without frozen parts would repeat the run that never unfreezes: it is left out."""
     tasks = [t.strip() for t in config["task"].split(",")]
-    attns, freezes = split_list(config["attn"], PAPER_ATTNS if config["attn"] == "all" else ATTNS, "attn"), \
-        split_list(config["freeze"], FREEZES, "freeze")
-    seeds, schedules = range(config["seed"], config["seed"] + config["seeds"]), unfreeze_list(config["unfreeze_at"])
+    attns = list(PAPER_ATTNS) if config["attn"] == "all" else split_list(config["attn"], "attn", LIST_RULES["attn"])
+    freezes, schedules = (split_list(config[k], k, LIST_RULES[k]) for k in ("freeze", "unfreeze_at"))
+    heads = [int(h) for h in split_list(config["mixing_heads"], "mixing_heads", LIST_RULES["mixing_heads"])] \
+        if config["mixing_heads"] else [config["n_head"]]  # MixiT's head counts
+    seeds = range(config["seed"], config["seed"] + config["seeds"])
     runs = [dict(config, task=t, attn=a, n_head=h, freeze=f, unfreeze_at=u, seed=s, seeds=1) for t in tasks
-            for a in attns for h in (head_counts(config) if a == "mixing" else [config["n_head"]]) for f in freezes
+            for a in attns for h in (heads if a == "mixing" else [config["n_head"]]) for f in freezes
             for u in schedules for s in seeds if u == "never" or starts_frozen(a, f)]
     if not runs:
         raise ConfigError(f"unfreeze_at={config['unfreeze_at']!r}: attn={config['attn']!r} with freeze="
