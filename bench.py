@@ -3,7 +3,7 @@ One benchmark command: the three variants' training speed, MFU and memory at the
 GPT-2 small, MixiT's build at long context, a context-length sweep, the attention op alone and kernel profiles.
 
   python bench.py --device=cuda --out_dir=out_bench   # the paper shapes (about 20 minutes on one H100)
-  python bench.py --device=cpu                         # tiny shapes (about a minute on an idle CPU)
+  python bench.py --device=cpu                         # tiny shapes (about 1.5 minutes on a 2-core CPU)
   python bench.py --parts=calib,train --attn=mixing    # some parts, some variants
   python bench.py --parts=calib,op                     # the attention op alone, softmax against MixiT
   python bench.py --device=cuda --parts=calib,sweep,op --compile=False   # context 256 to 8,192 (2 min on one H200)
