@@ -2404,13 +2404,6 @@ def start(*args):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def finish(*procs):
-    """Wait for the subprocesses; each must exit 0."""
-    for proc in procs:
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-
-
 def run_sample(out_dir, *args):
     """sample.py in this process; returns its exit status."""
     return cli(sample.main, [f"--out_dir={out_dir}", "--device=cpu", *args])
@@ -2428,12 +2421,13 @@ def ckpts(tmp_path_factory):
     rows = [f"a {w} film\t{y}" for w, y in (("great", 1), ("dull", 0), ("lovely", 1), ("awful", 0))] * 6
     for name in ("train.tsv", "dev.tsv"):
         (sst / name).write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
-    train = lambda name, *args: start("train.py", f"--out_dir={root / name}", f"--data_dir={data}", *TRAIN, *args)
-    induction = train("induction", "--task=induction_8", "--attn=softmax")  # side by side: mostly Python starting
-    finish(*(start("prepare.py", *args, "--tokenizer=bytes", f"--out_dir={data}")
-             for args in (["text", f"--src={text}"], ["sst2", f"--src={sst}", "--max_len=16"])))
-    finish(induction, train("text", "--task=text", "--attn=mixing", "--block_size=16"),
-           train("sst2", "--task=sst2", "--attn=softmax", "--block_size=16"))
+    for args in (["text", f"--src={text}"], ["sst2", f"--src={sst}", "--max_len=16"]):
+        assert cli(prepare.main, [*args, "--tokenizer=bytes", f"--out_dir={data}"]) == 0
+    runs = {"induction": ["--task=induction_8", "--attn=softmax"],
+            "text": ["--task=text", "--attn=mixing", "--block_size=16"],
+            "sst2": ["--task=sst2", "--attn=softmax", "--block_size=16"]}
+    for name, args in runs.items():  # in this process: no Python to start
+        assert cli(train.main, [f"--out_dir={root / name}", f"--data_dir={data}", *TRAIN, *args]) == 0
     return root
 
 
