@@ -35,7 +35,7 @@ from report import plot_sweep, table
 
 # -----------------------------------------------------------------------------
 out_dir = "out_bench"
-parts = "calib,build,train,sweep,op,profile"  # a comma list of these
+parts = "calib,build,train,sweep,op,profile"  # a comma list of these (all of them)
 attn = "all"  # softmax | frozen_qk | mixing | learned_mixing, a comma list, or all (the paper's three)
 size = "auto"  # auto (paper on CUDA, else tiny) | paper | tiny: the shapes, and what the 0s below mean
 device = "auto"  # auto, cpu, cuda, cuda:N
@@ -47,9 +47,9 @@ warmup = 0  # untimed steps first, compilation included (0: 3 paper, 1 tiny)
 profile_steps = 3  # optimizer steps under torch.profiler, per variant, at the first shape
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
-PARTS = ("calib", "build", "train", "sweep", "op", "profile")
-RULES = {"size": OneOf(("auto", "paper", "tiny")), "dtype": OneOf(("auto", "float32", "bfloat16")),
-         "compile": OneOf(("auto", True, False)), "profile_steps": positive,
+PARTS = tuple(parts.split(","))
+RULES = {"size": OneOf(("auto", "paper", "tiny")), **{k: train.RULES[k] for k in ("dtype", "compile")},
+         "profile_steps": positive,
          **dict.fromkeys(("steps", "repeats", "warmup"), non_negative)}
 SHAPE = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "accum", "vocab_size")  # a training shape's keys
 LM = dict(n_layer=12, n_embd=512, n_head=8, vocab_size=50304)  # the paper's language models

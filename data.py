@@ -743,16 +743,16 @@ def icl_score(model, n_seqs=64, seg_len=None, seed=0):
 def recall_scores(model, task, n_seqs=256, env=Env()):
     """(n_layer, n_head) associative-recall score: the mean weight from each scored position t of the test sequences
     to the token right after the first earlier occurrence of its key (task.key_of), the value it recalls (sharded)."""
-    answers, seqs = int(task.scored(task.test[:n_seqs]).sum()), task.test[:n_seqs][env.rank::env.world_size]
-    x = seqs[:, :-1]  # (n, T)
-    rows, t = np.nonzero(task.scored(seqs))  # (M,) each
+    scored, mine = task.scored(task.test[:n_seqs]), slice(env.rank, None, env.world_size)  # every world_size-th row
+    x = task.test[:n_seqs][mine, :-1]  # (n, T)
+    rows, t = np.nonzero(scored[mine])  # (M,) each
     found = (x[rows] == task.key_of(x[rows, t])[:, None]) & (np.arange(x.shape[1]) < t[:, None])  # (M, T): p < t
     if not found.any(1).all():
         raise ValueError(f"recall_scores: {task.name} scores a position whose key does not occur before it")
     maps = in_eval(model, model.attention_maps, torch.from_numpy(x).to(model.wte.weight.device))
     maps = maps.permute(1, 3, 4, 0, 2)  # (n, T, T, L, H)
     rows, t, source = (torch.from_numpy(a).to(maps.device) for a in (rows, t, found.argmax(1) + 1))  # after the key
-    return env.all_reduce(maps[rows, t, source].sum(0)).cpu() / answers  # (L, H)
+    return env.all_reduce(maps[rows, t, source].sum(0)).cpu() / int(scored.sum())  # (L, H): every answer
 
 
 # ============================================================================ evaluation
