@@ -12,6 +12,7 @@ import signal
 import sys
 import tempfile
 import time
+import types
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 
@@ -33,11 +34,14 @@ class Interrupted(Exception):
 
 
 class Stop:
-    """SIGTERM and Ctrl-C set a flag: the run checkpoints where it reads it and exits; a second Ctrl-C stops at once."""
+    """SIGTERM, SIGUSR1 (SLURM's warning before a pre-emption) and Ctrl-C set a flag: the run checkpoints after the
+    step it reads it in, and exits; a second Ctrl-C stops at once."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
     def __init__(self):
         self.signum = 0
-        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        self.previous = {s: signal.signal(s, self.handle) for s in self.SIGNALS}
 
     def handle(self, signum, frame):
         if self.signum == signal.SIGINT == signum:
@@ -137,8 +141,8 @@ def configure(defaults, argv, rules=None, files=True):
                 raise ConfigError(f"unknown option --{key}; valid: {', '.join('--' + k for k in sorted(defaults))}")
             if not eq and not isinstance(defaults[key], bool):
                 raise ConfigError(f"--{key} needs a value: --{key}=...")
-            text = text if eq else "True"
-            config[key] = check(key, parse_literal(key, text, defaults[key], rules.get(key)), defaults, rules, f"--{key}")
+            value = parse_literal(key, text if eq else "True", defaults[key], rules.get(key))
+            config[key] = check(key, value, defaults, rules, f"--{key}")
         elif files and os.path.isfile(arg):
             namespace = {}
             try:
@@ -187,7 +191,7 @@ class Env:
     def describe(self):
         """The hardware behind a measurement: processes, device name, dtype, torch version."""
         name = torch.cuda.get_device_name(self.device) if self.device_type == "cuda" else \
-            f"{self.device_type} ({torch.get_num_threads()} threads)"
+            f"{self.device_type} ({torch.get_num_threads()} thread{'s' * (torch.get_num_threads() > 1)})"
         return f"{self.world_size} x {name}, {str(self.dtype).removeprefix('torch.')}, torch {torch.__version__}"
 
     def to_device(self, *tensors):
@@ -198,6 +202,18 @@ class Env:
         if self.ddp:
             dist.all_reduce(tensor)
         return tensor
+
+    def agree(self, values):
+        """Every process's integers summed by a host-side collective started now: the returned wait() reads them (a
+        step later: the device runs on meanwhile), alike at every process."""
+        t = torch.tensor(values, dtype=torch.int64)
+        work = dist.all_reduce(t, group=self.control, async_op=True) if self.ddp else None
+        return types.SimpleNamespace(wait=lambda: (work and work.wait(), t.tolist())[1])
+
+    def from_master(self, value):
+        """The master process's value (a float) at every process; the others' are not read."""
+        t = torch.tensor([float(value)], dtype=torch.float64)
+        return dist.broadcast(t, 0, group=self.control) or t.item() if self.ddp else value
 
     def agree_max(self, value):
         """The largest of every process's integer value (a host-side collective)."""
@@ -234,8 +250,7 @@ def pick_device(name, local_rank=0, ddp=False):
         elif ddp:
             raise ConfigError(f"device={name} under torchrun: every process needs its own GPU; use device=cuda "
                               f"(process k takes cuda:LOCAL_RANK)")
-        count = torch.cuda.device_count()
-        if device.index >= count:
+        if device.index >= (count := torch.cuda.device_count()):
             raise ConfigError(f"device={device} but this machine has {count} GPU(s); valid: cuda:0 .. cuda:{count - 1}")
         torch.cuda.set_device(device)
     elif device.type == "mps" and not torch.backends.mps.is_available():
@@ -256,14 +271,11 @@ def pick_dtype(name, device):
 
 def setup(device="auto", dtype="auto"):
     """The Env of this process: alone, or one of torchrun's (RANK set) in their group (nccl on CUDA, else gloo)."""
-    ddp = "RANK" in os.environ
-    rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
-    dev = pick_device(device, local_rank, ddp)
+    ddp, rank, world_size = "RANK" in os.environ, int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    dev = pick_device(device, int(os.environ.get("LOCAL_RANK", 0)), ddp)
     env = Env(dev, pick_dtype(dtype, dev), rank, world_size, ddp)
     if dev.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True  # float32 matmuls on the tensor cores
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # float32 on the tensor cores
     if ddp:
         backend = "nccl" if dev.type == "cuda" else "gloo"
         timeout = datetime.timedelta(minutes=10)  # a rank that dies ends the others' waits, not hangs them
@@ -289,8 +301,7 @@ GPU_PEAK_TFLOPS = [
     ("H100 PCIe", 756, 378), ("H100 NVL", 835, 418), ("H100", 989, 494), ("GH200", 989, 494), ("H200 NVL", 835, 418),
     ("H200", 989, 494), ("H800", 989, 494), ("B200", 2250, 1100), ("A100", 312, 156), ("A800", 312, 156),
     ("L40S", 362, 183), ("L40", 181, 90.5), ("L4", 121, 60), ("A10", 125, 62.5), ("RTX 4090", 165, 82.6),
-    ("RTX 3090", 71, 35.6), ("V100", 125, 15.7), ("T4", 65, 8.1),
-]
+    ("RTX 3090", 71, 35.6), ("V100", 125, 15.7), ("T4", 65, 8.1)]
 
 
 def synchronize(device):
@@ -328,7 +339,6 @@ def peak_flops(device, dtype=torch.float32):
         for key, low, tf32 in GPU_PEAK_TFLOPS:
             if key in name:
                 return 1e12 * (tf32 if dtype == torch.float32 else low)
-        return None
     return measure_matmul(device, dtype) if device.type == "cpu" else None
 
 
@@ -349,8 +359,7 @@ def load_checkpoint(path, device="cpu"):
     except Exception as e:
         reason = (str(e).strip().splitlines() or [""])[0][:120]
         raise ConfigError(f"{path} is not a readable checkpoint ({type(e).__name__}: {reason})") from None
-    missing = [k for k in CKPT_KEYS if k not in ckpt] if isinstance(ckpt, dict) else list(CKPT_KEYS)
-    if missing:
+    if missing := [k for k in CKPT_KEYS if k not in ckpt] if isinstance(ckpt, dict) else list(CKPT_KEYS):
         raise ConfigError(f"{path} is not a mixit checkpoint (missing {', '.join(missing)})")
     return ckpt
 
@@ -402,8 +411,10 @@ def check_writable(out_dir):
         raise ConfigError(f"out_dir={out_dir} is not writable ({e.strerror}); choose another --out_dir") from None
 
 
-def save_checkpoint(path, model, optimizer, mconf, config, state):
-    """A checkpoint, written atomically: no fixed mixing matrices (their fingerprint), only what weights_only reads."""
+def save_checkpoint(paths, model, optimizer, mconf, config, state):
+    """A checkpoint at each path, written atomically: no fixed mixing matrices (their fingerprint), only what
+    weights_only reads."""
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": asdict(mconf),
             "fingerprint": fingerprint(model), "config": config, **state}  # no RNG state: training draws none
-    write_atomic(path, lambda f: torch.save(ckpt, f))
+    for path in paths:
+        write_atomic(path, lambda f: torch.save(ckpt, f))

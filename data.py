@@ -28,7 +28,7 @@ import torch
 from torch.nn import functional as F
 
 from common import Env
-from mixit import fixed_patterns
+from mixit import LOSS_CHUNK, cross_entropy_sum, fixed_patterns
 
 # ============================================================================ algorithmic tasks
 
@@ -188,7 +188,6 @@ class Dyck(StreamTask):
     0 PAD, 1 '(', 2 ')', 3 '?'; the answer is ')' if s is balanced else '('. Scored: the answer."""
 
     PAD, OPEN, CLOSE, QUERY = 0, 1, 2, 3
-    metrics = ("val_acc_at",)  # one answer a row: accuracy by where it falls (the query's position)
 
     def __init__(self, n):
         self.n = n
@@ -272,7 +271,7 @@ class Retrieval(StreamTask):
     """k1 v1 k2 v2 ... kn vn q v PAD... with n ~ U{1..N} distinct keys (the reference's condattend), vocab 512 = 2H:
     0 PAD, values 1..H-1, key k is H+k, its query H+N+k. Scored: the value after the query (content-based attention)."""
 
-    metrics, probe = ("val_acc_at",), "recall"
+    probe = "recall"
 
     def __init__(self, n, vocab_size=512):
         self.n, self.half = n, vocab_size // 2
@@ -351,7 +350,7 @@ class MQAR(StreamTask):
     once, in a random order. Scored: every answer, the value that followed the queried key."""
 
     PAD, VALUE = 0, 256  # keys 1..VALUE-1, value v is VALUE+v
-    metrics, probe = ("val_acc_pos", "val_acc_n"), "recall"  # val_acc_n: recall as the context fills
+    metrics, probe = ("val_acc_pos",), "recall"
 
     def __init__(self, n):
         if n >= self.VALUE:
@@ -533,29 +532,46 @@ def encode_examples(tok, texts, max_len):
 
 
 class TextTask:
-    """Next-token prediction on block_size windows of data/<name>/{train,val,test}.bin, uint16 token streams with an
-    end-of-text token between documents (packed: the reference pads each WikiText line to T, computing on padding)."""
+    """Next-token prediction on data/<name>: packed, block_size windows of {split}.bin, uint16 token streams with an
+    end-of-text token between documents (nanoGPT's); or lines, each a row of {split}_lines.bin (a WikiText line
+    tokenized alone: the paper's) cut to block_size tokens and padded with end-of-text tokens, never scored."""
 
     n_classes, causal, pad_id = 0, True, -1
     metrics, probe = ("val_ppl",), "induction"  # per token; induction heads form on text
+    counts_scored = True  # its tokens and FLOPs: the tokens it predicts (padding is no text)
 
-    def __init__(self, name, folder, meta, block_size, eval_iters, eval_split):
-        self.name, self.folder, self.meta = name, folder, meta
+    def __init__(self, name, folder, meta, block_size, eval_iters, eval_split, rows="packed"):
+        self.name, self.folder, self.meta, self.rows = name, folder, meta, rows
         self.vocab_size, self.block_size = padded_vocab(meta["vocab_size"]), block_size
-        self.eval_iters, self.val_split = eval_iters, eval_split
+        self.eval_iters, self.val_split, self.suffix = eval_iters, eval_split, "_lines" if rows == "lines" else ""
+        if rows == "lines" and "lines" not in meta:
+            raise ValueError(f"{folder} holds no lines (WikiText prepared by this version has them): prepare it again, "
+                             f"python prepare.py {meta['dataset']}, or use --lm_rows=packed")
         for split in ("train", eval_split):
             if split not in meta["tokens"]:
                 raise ValueError(f"{folder} has no {split!r} split; valid: {', '.join(meta['tokens'])}")
             if meta["tokens"][split] <= block_size:
                 raise ValueError(f"{folder}: only {meta['tokens'][split]} {split} tokens for block_size={block_size}")
-            path = os.path.join(folder, f"{split}.bin")
-            size = os.path.getsize(path) if os.path.isfile(path) else -1
-            if size != 2 * meta["tokens"][split]:  # a truncated or foreign file, not the one meta.json describes
-                raise ValueError(f"{path} holds {max(size, 0) // 2} tokens, meta.json says {meta['tokens'][split]}; "
-                                 f"prepare it again: python prepare.py {name}")
+            path, size = os.path.join(folder, f"{split}{self.suffix}.bin"), self.size(split)
+            if not os.path.isfile(path) or os.path.getsize(path) != 2 * size or rows == "lines" and \
+                    len(self.starts(split)) != meta["lines"][split] + 1:  # truncated, or not the meta's file
+                raise ValueError(f"{path} holds {os.path.getsize(path) // 2 if os.path.isfile(path) else 0} tokens "
+                                 f"(or its .npy other lines), meta.json says {size}; prepare it again: "
+                                 f"python prepare.py {name}")
 
-    def tokens(self, split):
-        return np.memmap(os.path.join(self.folder, f"{split}.bin"), dtype=np.uint16, mode="r")  # fresh per batch
+    def tokens(self, split):  # fresh per batch: a memmap
+        return np.memmap(os.path.join(self.folder, f"{split}{self.suffix}.bin"), dtype=np.uint16, mode="r")
+
+    @cache
+    def starts(self, split):
+        """Where each line starts in {split}_lines.bin, and where the last ends (lines + 1; none if unreadable)."""
+        try:
+            return np.load(os.path.join(self.folder, f"{split}_lines.npy"), allow_pickle=False)
+        except (OSError, ValueError):
+            return np.zeros(0, np.int64)
+
+    def size(self, split):  # tokens in the split's file
+        return self.meta["line_tokens" if self.rows == "lines" else "tokens"][split]
 
     @cache  # counted once per task and batch size: every run of a comparison reads it
     def loss_floor(self, batch_size):
@@ -570,25 +586,32 @@ class TextTask:
         contexts = np.bincount(train[:-1], minlength=V)[a]  # c(a)
         return float(np.mean(np.log(contexts + V) - np.log(seen + 1)))  # -log (c(a, b) + 1) / (c(a) + V)
 
-    def windows(self, data, starts):
-        idx = starts[:, None] + np.arange(self.block_size + 1)  # (B, T+1)
-        inside = idx < len(data)
-        seqs = data[np.minimum(idx, len(data) - 1)].astype(np.int64)
-        y = np.where(inside[:, 1:], seqs[:, 1:], -1)  # a short last window scores only real tokens
-        return torch.from_numpy(seqs[:, :-1]), torch.from_numpy(y)
+    def units(self, split):  # lines, or starts of a full window
+        return len(self.starts(split)) - 1 if self.rows == "lines" else self.size(split) - self.block_size
+
+    def windows(self, split, units, stride=1):
+        """x (B, T) from each unit on: a line up to its end (at most T tokens), or the window at unit x stride of the
+        stream; past that end the end-of-text token. y: the next token where it lies before the end, else -1."""
+        data, T, bounds = self.tokens(split), self.block_size, self.rows == "lines" and self.starts(split)
+        starts, ends = (bounds[units], np.minimum(bounds[units + 1], bounds[units] + T)) if self.rows == "lines" else \
+            (units * stride, len(data))
+        idx = starts[:, None] + np.arange(T + 1)  # (B, T+1)
+        inside = idx < np.reshape(ends, (-1, 1))
+        seqs = np.where(inside, data[np.minimum(idx, len(data) - 1)], self.meta["eot"]).astype(np.int64)
+        return torch.from_numpy(seqs[:, :-1]), torch.from_numpy(np.where(inside[:, 1:], seqs[:, 1:], -1))
 
     def get_batch(self, split, batch_size, seed=0):
-        data = self.tokens(split)
-        return self.windows(data, np.random.default_rng(seed).integers(0, len(data) - self.block_size, batch_size))
+        return self.windows(split, np.random.default_rng(seed).integers(0, self.units(split), batch_size))
 
     def eval_batches(self, split, batch_size, rank=0, world_size=1):
-        """The test split: the whole stream in consecutive windows; others: the same eval_iters batches each eval."""
-        data = self.tokens(split)
-        starts = np.arange(0, len(data) - 1, self.block_size) if split == "test" else \
-            np.random.default_rng(TEST_SEED).integers(0, len(data) - self.block_size, self.eval_iters * batch_size)
-        starts = starts[rank::world_size]
-        for i in range(0, len(starts), batch_size):
-            yield self.windows(data, starts[i:i + batch_size])
+        """The test split whole (every line, or the stream in consecutive windows); others: the same eval_iters batches
+        of lines or windows each eval."""
+        stride = self.block_size if split == "test" and self.rows == "packed" else 1
+        units = np.random.default_rng(TEST_SEED).integers(0, self.units(split), self.eval_iters * batch_size) \
+            if split != "test" else np.arange(-(-(self.size(split) - 1) // stride) if stride > 1 else self.units(split))
+        units = units[rank::world_size]
+        for i in range(0, len(units), batch_size):
+            yield self.windows(split, units[i:i + batch_size], stride)
 
 
 class ClassifyTask:
@@ -637,15 +660,19 @@ class ClassifyTask:
             yield self.rows(x, y, mine[i:i + batch_size])
 
 
-def make_task(name, block_size=0, data_dir="data", eval_iters=20, eval_split="val"):
-    """A task by its command-line name: algorithmic (addition_10, retrieval, ...) or a prepared corpus."""
+def make_task(name, block_size=0, data_dir="data", eval_iters=20, eval_split="val", lm_rows="packed"):
+    """A task by its command-line name: algorithmic (addition_10, retrieval, ...) or a prepared corpus (a language
+    model's in lm_rows: packed windows, or lines)."""
     base, _, arg = name.partition("_")
     folder = os.path.join(data_dir, name)
     if name in CORPUS_TASKS or (base not in TASKS and os.path.isfile(os.path.join(folder, "meta.json"))):
         meta = read_meta(folder, name)
         if meta["kind"] == "lm":
-            return TextTask(name, folder, meta, block_size or 256, eval_iters, eval_split)
-        return ClassifyTask(name, folder, meta, block_size or meta["max_len"], eval_split)
+            return TextTask(name, folder, meta, block_size or 256, eval_iters, eval_split, lm_rows)
+        if lm_rows == "packed":
+            return ClassifyTask(name, folder, meta, block_size or meta["max_len"], eval_split)
+    if lm_rows != "packed":
+        raise ValueError(f"lm_rows={lm_rows} reads the lines of a language-model corpus (WikiText); {name} is none")
     if base not in TASKS:
         raise ValueError(f"unknown task {name!r}; valid: {TASK_NAMES}, {', '.join(CORPUS_TASKS)}, or the --name "
                          f"of a corpus prepared in {data_dir}/")
@@ -729,17 +756,6 @@ def induction_scores(model, n_seqs=64, seg_len=None, seed=0, env=Env()):
     return env.all_reduce(prefix_matching_score(maps, idx.size(1) // 2).sum(1)).cpu() / n_seqs  # (L, H)
 
 
-def icl_score(model, n_seqs=64, seg_len=None, seed=0):
-    """In-context learning: mean loss on the repeat minus on the first copy (negative: the context helps; nan: s=1)."""
-    if model.config.n_classes:
-        raise ValueError("icl_score needs a language model, not a classifier")
-    idx = repeated_tokens(model.config, n_seqs, seg_len, seed, model.wte.weight.device)  # (n, 2s), where the model is
-    s = idx.size(1) // 2
-    logits, _ = in_eval(model, model, idx)  # (n, 2s, V)
-    loss = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), idx[:, 1:], reduction="none")  # (n, 2s-1)
-    return (loss[:, s:].mean() - loss[:, :s - 1].mean()).item()  # targets s+1.. vs 1..s-1: s-1 tokens each
-
-
 def recall_scores(model, task, n_seqs=256, env=Env()):
     """(n_layer, n_head) associative-recall score: the mean weight from each scored position t of the test sequences
     to the token right after the first earlier occurrence of its key (task.key_of), the value it recalls (sharded)."""
@@ -759,11 +775,10 @@ def recall_scores(model, task, n_seqs=256, env=Env()):
 
 @torch.no_grad()
 def evaluate(model, task, split, batch_size, env):
-    """Loss, accuracy (per answer, by k-th answer, by answers in a row, by position), exact match, margin's spread."""
+    """Loss, accuracy (per answer, and by the answer's place in its row), exact match, the margin's spread."""
     total = torch.float32 if env.device_type == "mps" else torch.float64  # the totals' dtype: MPS has no float64
     sums = torch.zeros(7, dtype=total, device=env.device)  # loss, answers, right, answered/exact rows, margin
-    # right and answers: at a row's k-th answer, in rows of k answers, predicted at position k
-    tallies = torch.zeros(3, 2, task.block_size + 1, dtype=total, device=env.device)
+    tallies = torch.zeros(2, task.block_size + 1, dtype=total, device=env.device)  # right, answers at a k-th answer
     margin = torch.zeros(1, device=env.device)  # a model of the tokens has none
     for x, y in task.eval_batches(split, batch_size, env.rank, env.world_size):
         x, y = env.to_device(x, y)
@@ -774,22 +789,16 @@ def evaluate(model, task, split, batch_size, env):
         scored = y >= 0
         right = (logits.argmax(-1) == y) & scored
         answered, count = scored.any(-1), scored.sum(-1)
-        loss = F.cross_entropy(logits[scored].float(), y[scored], reduction="sum")
+        loss = cross_entropy_sum(lambda z: z, logits.flatten(0, -2), y.flatten(), LOSS_CHUNK // logits.size(-1) or 1)
         sums += torch.stack([loss, count.sum(), right.sum(), answered.sum(),
                              ((right == scored).all(-1) & answered).sum(), margin.sum(), margin.square().sum()])
         k = scored.cumsum(-1)[scored] - 1  # each answer's place among its row's answers
-        place = torch.arange(scored.size(-1), device=env.device).expand_as(scored)[scored]
-        per_answer = torch.stack([right[scored], scored[scored]]).to(total)
-        tallies[0].index_add_(1, k, per_answer)
-        tallies[1].index_add_(1, count, torch.stack([right.sum(-1), count]).to(total))
-        tallies[2].index_add_(1, place, per_answer)
+        tallies.index_add_(1, k, torch.stack([right[scored], scored[scored]]).to(total))
     loss, answers, right, rows, exact, margin, margin_sq = env.all_reduce(sums).tolist()
-    (hits, counts), (count_hits, count_answers), (place_hits, place_answers) = env.all_reduce(tallies).tolist()
-    share = lambda a, b: [x / y for x, y in zip(a, b) if y]
+    hits, counts = env.all_reduce(tallies).tolist()
     return {"loss": loss / max(answers, 1), "acc": right / max(answers, 1), "exact": exact / max(rows, 1),
             "margin_std": math.sqrt(max(margin_sq / max(rows, 1) - (margin / max(rows, 1)) ** 2, 0.0)),
-            "acc_pos": share(hits, counts), "acc_n": share(count_hits, count_answers),
-            "acc_at": [x / y if y else math.nan for x, y in zip(place_hits, place_answers)]}
+            "acc_pos": [h / c for h, c in zip(hits, counts) if c]}
 
 
 def induction_metrics(model, task, env):
@@ -804,7 +813,8 @@ LEVELS = ("val_loss_floor", "val_acc_chance")  # loss and accuracy with the leas
 
 def chance_metrics(model, task, env, batch_size):
     """What the scores read with no skill, measured at init: loss floor, chance accuracy, induction score, margin."""
-    metrics = {"val_loss_floor": task.loss_floor(batch_size)} if hasattr(task, "loss_floor") else {}
+    metrics = {"val_loss_floor": env.from_master(env.master and task.loss_floor(batch_size))} \
+        if hasattr(task, "loss_floor") else {}  # computed once, by the master
     if hasattr(task, "chance"):
         metrics["val_acc_chance"] = task.chance()
     if task.probe and model.blocks:  # a model of 0 layers has no attention to probe
@@ -823,7 +833,6 @@ def eval_metrics(model, task, batch_size, env, chance=None):
     bits = lambda loss: len(task.split_rows("train")) * max(0.0, math.log2(task.vocab_size // 2) - loss / math.log(2))
     scores = {"val_exact": lambda: val["exact"], "train_acc": lambda: run("train")["acc"],
               "val_ppl": lambda: math.exp(min(val["loss"], 50.0)), "val_acc_pos": lambda: val["acc_pos"],
-              "val_acc_n": lambda: val["acc_n"], "val_acc_at": lambda: val["acc_at"],
               "bits_per_param": lambda: bits(val["loss"]) / params(),  # rows x (log2 N - loss in bits)
               "bits_ceiling": lambda: bits(0.0) / params(),  # the whole table held
               "val_margin_std": lambda: val["margin_std"]}  # how far a classifier's log-odds move with the input

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
 
 ATTNS = ("softmax", "frozen_qk", "mixing", "learned_mixing")
 LETTERS = {"s": "softmax", "f": "frozen_qk", "m": "mixing", "l": "learned_mixing"}
@@ -26,6 +27,7 @@ PARAMETRIZATIONS = ("auto", "mixit", "standard")
 MIXIT_PARTS = ("residual", "activation", "multipliers", "positions")  # MixiT's parametrization, part by part
 POOLS, PADS, CENTRINGS = ("mean", "last"), ("masked", "attended"), ("mean", "reference")  # classifier options
 FIXED_HEADS = {"": "random", "mean": "the prefix mean", "previous": "the previous token"}  # MixiT's head 1
+LOSS_CHUNK = 2 ** 27  # the loss's float32 logits made this many at a time (512 MiB: 2,668 positions of GPT-2 BPE)
 
 
 @dataclass
@@ -254,15 +256,11 @@ class Attention(nn.Module):
         self.o = Linear(C, C, config.bias, width_mult(config, C))
 
     def heads(self, z):  # (B, t, n*C) -> n tensors (B, H, t, hd)
-        B, t, _ = z.shape
-        return z.view(B, t, -1, self.head_dim).transpose(1, 2).split(self.n_head, dim=1)
+        return z.unflatten(-1, (-1, self.head_dim)).transpose(1, 2).split(self.n_head, dim=1)
 
     def qkv_heads(self, x, pos):
         """Queries and keys (rotated) and values of x (B, t, C), each (B, H, t, hd)."""
-        if self.kind == "softmax":
-            q, k, v = self.heads(self.qkv(x))
-        else:
-            (q, k), (v,) = self.heads(self.qk(x)), self.heads(self.v(x))
+        q, k, v = self.heads(self.qkv(x)) if self.kind == "softmax" else self.heads(self.qk(x)) + self.heads(self.v(x))
         return self.rotary(q, pos), self.rotary(k, pos), v
 
     def mixing_rows(self, pos, t):
@@ -340,6 +338,16 @@ class Block(nn.Module):
         return self.s * x + self.r * self.mlp(self.norm2(x))
 
 
+def cross_entropy_sum(logits_of, x, targets, rows):
+    """The cross-entropy of logits_of(x) (n, V) against targets (n,) (-1: unscored), summed: rows positions at a time,
+    each chunk's float32 logits made again in the backward pass, never kept: the memory of one chunk, not of all n."""
+    part = lambda xs, ts: F.cross_entropy(logits_of(xs).float(), ts, ignore_index=-1, reduction="sum")
+    if rows >= len(x):
+        return part(x, targets)
+    return sum(checkpoint(part, xs, ts, use_reentrant=False) if torch.is_grad_enabled() else part(xs, ts)
+               for xs, ts in zip(x.split(rows), targets.split(rows)))
+
+
 def param_groups(params, weight_decay):
     """AdamW's groups: matrices decay, vectors (biases, norm gains) do not."""
     return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
@@ -357,6 +365,7 @@ class MixiT(nn.Module):
         self.blocks = nn.ModuleList(Block(config, layer, device, mixing_dtype) for layer in range(config.n_layer))
         self.norm = RMSNorm(C)
         self.head = Linear(C, config.n_classes or config.vocab_size, False, width_mult(config, C))  # untied
+        self.loss_chunk = LOSS_CHUNK  # 0: the loss over every position's logits at once
         self.init_weights()
         for block in self.blocks:  # what keeps its random init: frozen_qk's W_Q and W_K, the MLPs, or whole blocks
             frozen = [block.attn.qk] if block.attn.kind == "frozen_qk" else []
@@ -403,10 +412,10 @@ class MixiT(nn.Module):
             cache.pos += t
         if self.config.n_classes:
             x = self.pool(x, real)
-        logits = self.head(x)
         if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=-1, reduction="sum")
+            return self.head(x), None
+        rows = max(1, self.loss_chunk // self.head.out_features) if self.loss_chunk else targets.numel()
+        loss = cross_entropy_sum(self.head, x.flatten(0, -2), targets.flatten(), rows)
         return None, loss / (targets >= 0).sum().clamp(min=1)  # the mean over the scored targets; 0 with none
 
     def pool(self, x, real):

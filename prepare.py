@@ -7,10 +7,11 @@ bytes) and write data/<name>, which data.py reads.
   python prepare.py text --src=PATH [--name=mytext]      # any text file or folder; train with --task=mytext
   options: --tokenizer=gpt2|bytes  --bpe_dir=DIR (or MIXIT_BPE_DIR)  --out_dir=data  --max_len=256  --name=NAME
 
-Language modeling: {train,val,test}.bin uint16 token streams, an end-of-text token after every document
-(a WikiText article; a file of `text`). Classification: {train,val}_{x,y}.npy. meta.json, written last,
-records the tokenizer, the counts and the source files with their sha256. Bad input ends in one line on
-stderr and exit status 2, leaving nothing half-written.
+Language modeling: {train,val,test}.bin uint16 token streams, an end-of-text token after every document (a WikiText
+article; a file of `text`); WikiText's lines also each tokenized alone, {split}_lines.bin and {split}_lines.npy
+(where each starts), for train.py --lm_rows=lines. Classification: {train,val}_{x,y}.npy. meta.json, written last,
+records the tokenizer, the counts and the source files with their sha256. Bad input ends in one line on stderr and
+exit status 2, leaving nothing half-written.
 """
 import csv
 import glob
@@ -29,6 +30,7 @@ import numpy as np
 
 from common import ConfigError, OneOf, cli, configure, positive, write_atomic
 from data import TASKS, TOKENIZERS, Tokenizer, encode_examples
+
 
 def _wikitext(url, md5, ext):
     names = {s: (f"wiki.{s}.{ext}", f"{s}.txt") for s in ("train", "valid", "test")}
@@ -158,21 +160,23 @@ def fetch(dataset, spec, src, folder):
 
 def read_documents(src):
     """The documents of `text` as {name: (name, bytes)}: one file, or every file of a folder (sorted)."""
-    paths = [src] if os.path.isfile(src) else sorted(
-        p for p in glob.glob(os.path.join(src, "**", "*"), recursive=True)
-        if os.path.isfile(p) and not os.path.basename(p).startswith("."))
+    paths = [src] if os.path.isfile(src) else sorted(p for p in glob.glob(os.path.join(src, "**", "*"), recursive=True)
+                                                     if os.path.isfile(p) and not os.path.basename(p).startswith("."))
     if not paths:
         raise ValueError(f"--src={src}: no text files found")
     names = [os.path.relpath(p, src) if p != src else os.path.basename(p) for p in paths]
     return {name: (name, open(p, "rb").read()) for name, p in zip(names, paths)}
 
 
-def wikitext_articles(file, blob):
-    """A WikiText split as articles: each starts at a level-1 heading line ' = Title = '."""
+def wikitext_text(file, blob):
     try:
-        text = blob.decode("utf-8")
+        return blob.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{file} is not UTF-8 text (byte {e.start})") from None
+
+
+def wikitext_articles(text):
+    """A WikiText split as articles: each starts at a level-1 heading line ' = Title = '."""
     return [a for a in re.split(r"(?m)^(?= = [^=].* = $)", text) if a.strip()]
 
 
@@ -197,11 +201,11 @@ def read_yelp(blob):
     return texts, [int(r[0]) - 1 for r in rows], "class 1 negative, 2 positive"
 
 
-def encode_documents(tok, documents):
-    """One uint16 stream: each document's tokens followed by the end-of-text token."""
-    parts = [np.asarray(ids + [tok.eot], dtype=np.uint16) for i in range(0, len(documents), 1024)
-             for ids in tok.encode_batch(documents[i:i + 1024])]
-    return np.concatenate(parts) if parts else np.zeros(0, np.uint16)
+def encode_rows(tok, texts, end=()):
+    """Each text's tokens, then end, in one uint16 stream; and where each row starts, and the last ends (rows + 1)."""
+    rows = [np.asarray(ids + list(end), dtype=np.uint16) for i in range(0, len(texts), 1024)
+            for ids in tok.encode_batch(texts[i:i + 1024])]
+    return (np.concatenate(rows) if rows else np.zeros(0, np.uint16)), np.cumsum([0] + [len(r) for r in rows])
 
 
 def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", max_len=256, name=None):
@@ -220,7 +224,7 @@ def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", m
             "eot": tok.eot, "source": origin, "source_files": sources}
     try:
         if spec["kind"] == "lm":
-            meta["tokens"] = write_lm(tok, spec, files, folder)
+            meta.update(write_lm(tok, spec, files, folder))
         else:
             meta.update(max_len=max_len, n_classes=2, pad_id=tok.eot, labels=["negative", "positive"])
             meta["examples"], meta["label_rule"] = write_classification(tok, dataset, spec, files, folder, max_len)
@@ -248,17 +252,25 @@ def check_request(dataset, src, name):
 
 
 def write_lm(tok, spec, files, folder):
-    """{split}.bin token streams: one stream cut 90% train / 10% val, or WikiText's splits (a document per article)."""
+    """{split}.bin token streams, one cut 90% train / 10% val or WikiText's splits (an end-of-text token after each
+    article), and WikiText's lines each tokenized alone ({split}_lines.bin, .npy where each starts); meta's counts."""
     if spec["splits"] == {"input": "stream"}:
-        stream = encode_documents(tok, [blob.decode("utf-8", errors="replace") for _, blob in files.values()])
+        stream = encode_rows(tok, [blob.decode("utf-8", errors="replace") for _, blob in files.values()], [tok.eot])[0]
         cut = int(0.9 * len(stream))
-        splits = {"train": stream[:cut], "val": stream[cut:]}
+        splits, lines = {"train": stream[:cut], "val": stream[cut:]}, {}
     else:
-        splits = {spec["splits"][role]: encode_documents(tok, wikitext_articles(file, blob))
-                  for role, (file, blob) in files.items()}
+        texts = {spec["splits"][role]: wikitext_text(file, blob) for role, (file, blob) in files.items()}
+        splits = {split: encode_rows(tok, wikitext_articles(text), [tok.eot])[0] for split, text in texts.items()}
+        lines = {split: encode_rows(tok, [line if line.strip() else "" for line in text.splitlines(keepends=True)])
+                 for split, text in texts.items()}  # the paper's rows: a blank line is an empty row
     for split, tokens in splits.items():
         write_atomic(os.path.join(folder, f"{split}.bin"), tokens.tofile)
-    return {split: int(len(tokens)) for split, tokens in splits.items()}
+    for split, (tokens, starts) in lines.items():
+        write_atomic(os.path.join(folder, f"{split}_lines.bin"), tokens.tofile)
+        write_atomic(os.path.join(folder, f"{split}_lines.npy"), lambda f: np.save(f, starts, allow_pickle=False))
+    counts = {"tokens": {split: int(len(tokens)) for split, tokens in splits.items()}}
+    return counts | ({"lines": {s: len(st) - 1 for s, (_, st) in lines.items()},
+                      "line_tokens": {s: int(len(t)) for s, (t, _) in lines.items()}} if lines else {})
 
 
 def write_classification(tok, dataset, spec, files, folder, max_len):

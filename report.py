@@ -11,6 +11,7 @@ import functools
 import json
 import math
 import os
+import re
 import sys
 
 import matplotlib
@@ -58,7 +59,7 @@ def summarize(runs, histories):
     table = []
     for (task_name, variant), members in groups.items():
         finals = [f for _, f in members]
-        keys = [k for k in finals[0] if not isinstance(finals[0][k], list) and k not in ("iter", "lr", "tokens")]
+        keys = [k for k, v in finals[0].items() if not (isinstance(v, list) or k in "iter lr tokens samples".split())]
         table.append({"task": task_name, "variant": variant, "model": members[0][0]["model"], "seeds": len(finals),
                       "iter": finals[0]["iter"], **{k: mean_std([f[k] for f in finals]) for k in keys}})
     return table
@@ -66,27 +67,34 @@ def summarize(runs, histories):
 
 # ----------------------------------------------------------------------------- the verdict rule: Welch's t
 
-MATCH = 0.02  # a match: the difference's 90 % interval inside ± this (two one-sided tests at 5 % each)
+MARGIN = 0.02  # within ± this, in the score's unit (accuracy, bits or nats): a match, a hold, a score at its floor
+ALPHA = 0.05  # a word's level (a 95 % interval's word spends half of it); a setting looked at k times: ALPHA / k
+POWER = 0.8  # not shown: the seeds a model with which its word would come out this often at the observed means, stds
+UNDER = ("below", "above")  # short of a floor, by lower_better: an accuracy below it, a loss above it
 DIRECTIONS = ("higher", "lower", "match", "fails")  # the other model against the first; fails: it stays at its floor
-NOT_REPRODUCED = "not reproduced at this scale"
-PLATEAU_GAP = 0.05  # seeds on two plateaus: a gap in their sorted values wider than this and 3 stds of either side
-RULE_NOTE = (f"each score beside its floor (cleared: its one-sided 95 % bound beyond it), the difference other - first "
-             f"with its 95 % interval and p (Welch's t), the steps, two plateaus, and the word for each direction (a "
-             f"match: the 90 % interval inside ±{MATCH}; not shown: with the seeds a model that would decide it).")
+PLATEAU_GAP = 0.05  # two plateaus: sorted per-seed values apart by this and by 3 stds of a side with half the seeds
+RULE_NOTE = (f"each score beside its floor (clears it; at it, within ±{MARGIN}; or below it, a loss above it), the "
+             f"difference other - first with its 95 % interval and p (Welch's t), the steps, two plateaus, the word "
+             f"for each direction (not shown: the seeds a model for {POWER:.0%} power, the likely word).")
 
 
 def mean_std(values):
-    """The mean and sample std (n - 1) of per-seed values; one value: std 0, a level without spread."""
-    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    """The mean and sample std (n - 1) of per-seed values; one value, or all equal: std 0, no spread."""
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(set(values)) > 1 else 0.0
+
+
+def sample(values):  # per-seed values as (mean, std, n)
+    return (*mean_std(values), len(values))
 
 
 def t_tail(t, df):
-    """P(T > t) for t >= 0, Student's t with df >= 1 degrees of freedom: its density over x = t/u, u in (0, 1]."""
-    u = np.linspace(1e-8, 1.0, 4001)
-    x = t / u
+    """P(T > t) for t >= 0, Student's t with df >= 1 degrees of freedom: its density over x = t + v / (1 - v),
+    v in [0, 1), by the trapezoid rule."""
+    v = np.linspace(0.0, 1.0 - 1e-9, 4001)
+    x = t + v / (1 - v)
     log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-    y = np.exp(log_norm - (df + 1) / 2 * np.log1p(x * x / df)) * x / u  # the density times dx/du = t / u²
-    return float((y[1:] + y[:-1]).sum() / 2 * (u[1] - u[0])) if t else 0.5  # the trapezoid rule
+    y = np.exp(log_norm - (df + 1) / 2 * np.log1p(x * x / df)) / (1 - v) ** 2  # the density times dx/dv
+    return float((y[1:] + y[:-1]).sum() / 2 * (v[1] - v[0]))
 
 
 @functools.lru_cache(maxsize=None)
@@ -98,104 +106,151 @@ def t_quantile(p, df):
     return (lo + hi) / 2
 
 
-def contrast(terms, conf):
-    """Σ w·mean over independent samples, terms [(w, (mean, std, n))]: the value, its conf interval by Welch's t
-    (Welch-Satterthwaite degrees of freedom; a level is a sample with std 0) and the two-sided p against 0."""
-    value = sum(w * m for w, (m, _, _) in terms)
-    parts = [((w * s) ** 2 / n, n) for w, (_, s, n) in terms]
+def contrast(terms):
+    """Σ w·mean over independent samples, terms [(w, (mean, std, n))]: its value, standard error and Welch-
+    Satterthwaite degrees of freedom (a level is a sample with std 0; a contrast of levels alone is exact, se 0)."""
+    value, parts = sum(w * m for w, (m, _, _) in terms), [((w * s) ** 2 / n, n) for w, (_, s, n) in terms]
     se = math.sqrt(sum(v for v, _ in parts))
-    if se == 0:  # no sample has a spread: the value is exact
-        return value, (value, value), float(value == 0)
-    df = se ** 4 / sum(v ** 2 / (n - 1) for v, n in parts if v)
-    half = t_quantile((1 + conf) / 2, df) * se
-    return value, (value - half, value + half), 2 * t_tail(abs(value) / se, df)
+    return value, se, se ** 4 / sum(v ** 2 / (n - 1) for v, n in parts if v) if se else math.inf
 
 
-def sample(values):  # per-seed values as (mean, std, n)
-    return (*mean_std(values), len(values))
+def neg(c):
+    return -c[0], *c[1:]
 
 
-def bounds(terms, conf, flip=False):
-    """The conf interval of a contrast, turned around (flip) where the claim's side is the lower one."""
-    _, (lo, hi), _ = contrast(terms, conf)
-    return (-hi, -lo) if flip else (lo, hi)
+def p_above(c, bound=0.0, power=0.0):
+    """The one-sided p of 'contrast c lies above bound' by Welch's t; with power, the p it would have where it passed
+    that often (its statistic less t's power quantile)."""
+    value, se, df = c
+    t = (value - bound) / se - (t_quantile(power, df) if power else 0.0) if se else math.inf * (value - bound)
+    return float(t <= 0) if math.isinf(t) else t_tail(t, df) if t >= 0 else 1 - t_tail(-t, df)
 
 
-def decide(a, b, floors, direction, lower_better):
-    """The word from two samples (mean, std, n) and their floors'. A score 'clears' its floor by the one-sided 95 %
-    bound or stays 'at' it (below, or within MATCH); one the claim needs at its floor is not reproduced. higher, lower
-    and competitive (b past the midpoint of a and its floor) read the 95 % interval (no: reversed beyond it), match the
-    90 % one inside ±MATCH (no: wholly outside), fails: b at its floor while a clears its."""
-    first, other = ("clears" if lo > 0 else "at" if hi < MATCH else None for lo, hi in
-                    (bounds([(1, s), (-1, f)], 0.90, lower_better) for s, f in zip((a, b), floors)))
-    if direction == "fails":
-        return NOT_REPRODUCED if first != "clears" else {"clears": "no", "at": "yes"}.get(other, "not shown")
-    if direction == "match":
-        lo, hi = bounds([(1, b), (-1, a)], 0.90)
-        word = "yes" if -MATCH < lo and hi < MATCH else "no" if lo >= MATCH or hi <= -MATCH else "not shown"
-    else:
-        terms = [(1, b), (-1, a)] if direction != "competitive" else [(1, b), (-.5, a), (-.5, floors[1])]
-        lo, hi = bounds(terms, 0.95, direction == "lower" or direction == "competitive" and lower_better)
-        word = "yes" if lo > 0 else "no" if hi < 0 else "not shown"
-    return word if first == other == "clears" else f"{NOT_REPRODUCED} (the difference alone: {word})"
+def within(c):  # two one-sided claims: c inside ±MARGIN
+    return [(c, -MARGIN), (neg(c), -MARGIN)]
 
 
-def verdict(scores, floors, steps, direction, lower_better=False, most=100):
-    """The word for a claim on two models, the first and the other: their per-seed scores and floors, steps their
-    budgets, direction the other's against the first (DIRECTIONS, or competitive). Equal budgets and two seeds each
-    come first; not shown comes with the fewest seeds a model (up to most) that would decide it at the same spreads."""
-    if steps[0] != steps[1]:
-        return "unequal budgets"
-    if min(map(len, scores)) < 2:
-        return "spread unknown"
+def readings(a, b, floors, direction, lower_better):
+    """Each model's skill over its floor, and the words a direction can give, in order: (word, its one-sided claims
+    [(contrast, bound): above bound], its share of ALPHA). a, b: the first and other samples; lower_better: a loss."""
+    o = -1 if lower_better else 1
+    d, kept = contrast([(1, b), (-1, a)]), contrast([(o, b), (-o / 2, a), (-o / 2, floors[1])])  # kept: past the
+    skill = [contrast([(o, s), (-o, f)]) for s, f in zip((a, b), floors)]  # midpoint of the first and the floor
+    equal = (f"no: equal within ±{MARGIN}", within(d), 1)
+    return skill, {"higher": [("yes", [(d, 0)], .5), ("no", [(neg(d), 0)], .5), equal],
+                   "lower": [("yes", [(neg(d), 0)], .5), ("no", [(d, 0)], .5), equal],
+                   "match": [("yes", within(d), 1), ("no", [(d, MARGIN)], 1), ("no", [(neg(d), MARGIN)], 1)],
+                   "holds": [("yes", [(d if o > 0 else neg(d), -MARGIN)], 1),
+                             ("no", [(neg(d) if o > 0 else d, MARGIN)], 1)],
+                   "fails": [("yes: at its floor", within(skill[1]), 1), ("no", [(skill[1], 0)], 1),
+                             (f"yes: {UNDER[lower_better]} its floor", [(neg(skill[1]), 0)], 1)],
+                   "competitive": [("yes", [(kept, 0)], .5), ("no", [(neg(kept), 0)], .5)]}[direction]
+
+
+def first_word(words, looks=1, power=0.0):
+    """The first word whose claims all hold at its level (ALPHA x its share / looks) and its p (its claims' largest,
+    scaled to ALPHA), or not shown, None; with power, the first that would hold that often."""
+    for word, claims, share in words:
+        level = ALPHA * share / looks
+        p = max(p_above(c, bound, power and 1 - (1 - power) / len(claims)) for c, bound in claims)
+        if p < level:
+            return word, p * ALPHA / level
+    return "not shown", None
+
+
+def floor_status(skill, looks=1, lower_better=False):  # at (within ±MARGIN), clears, short of it, or near (none shown)
+    words = [("at", within(skill), 1), ("clears", [(skill, 0)], 1), (UNDER[lower_better], [(neg(skill), 0)], 1)]
+    return first_word(words, looks)[0].replace("not shown", "near")
+
+
+def decide(a, b, floors, direction, lower_better=False, looks=1, names=("the first", "the other"), power=0.0):
+    """The word on two samples (mean, std, n) and their floors', and its p scaled to ALPHA (None: undecided). A yes
+    that a first model not clearing its floor makes trivial (a match, or failing where it fails too) is not
+    reproduced; a decisive word names each model that does not clear its floor."""
+    skill, words = readings(a, b, floors, direction, lower_better)
+    (word, p), status = first_word(words, looks, power), [floor_status(s, looks, lower_better) for s in skill]
+    if word.startswith("yes") and direction in ("match", "fails") and status[0] != "clears":
+        return f"not reproduced at this scale: {names[0]} does not clear its floor (the difference alone: yes)", None
+    low = ", ".join(f"{n} {s} its floor" for n, s in zip(names, status) if s != "clears")
+    return word + (f" — {low}" if low and p is not None and direction != "fails" else ""), p
+
+
+def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names=("the first", "the other"),
+            own_floor=False, most=100):
+    """The word on two models (per-seed scores, floors; steps: budgets; direction: the other's against the first) and
+    its p scaled to ALPHA: two seeds each at equal budgets; two constants are equal at every seed; a score that is its
+    own floor (its value at init) at every seed is fixed by construction; not shown: the seeds for POWER, the word."""
+    if steps[0] != steps[1] or min(map(len, scores)) < 2:
+        return "unequal budgets" if steps[0] != steps[1] else "spread unknown", None
+    if own_floor and scores[1] == floors[1]:
+        return "fixed by construction: the same at init and trained, at every seed (not tested)", None
     (a, b), floors = map(sample, scores), list(map(sample, floors))
-    word, n = decide(a, b, floors, direction, lower_better), max(a[2], b[2])
-    at = lambda s, n: (s[0], s[1], n)  # a sample with n seeds
-    while word == "not shown" and n < most:
-        n += 1
-        if decide(at(a, n), at(b, n), [at(f, n) for f in floors], direction, lower_better) != "not shown":
-            return f"not shown ({n} seeds a model would decide it)"
-    return word if word != "not shown" else f"not shown (more than {most} seeds a model at this spread)"
+    if a[1] == b[1] == 0 and a[0] == b[0] and direction not in ("fails", "competitive"):
+        return f"equal at every seed ({min(a[2], b[2])} seeds a model)", None
+    word, p = decide(a, b, floors, direction, lower_better, looks, names)
+    planned = lambda n: decide(*[(s[0], s[1], n) for s in [a, b]], [(f[0], f[1], n) for f in floors], direction,
+                               lower_better, looks, names, POWER)[0]
+    lo, hi = max(a[2], b[2]), most + 1  # the fewest seeds whose word comes out with POWER (planned(n) is monotone)
+    while word == "not shown" and hi - lo > 1:
+        lo, hi = (lo, (lo + hi) // 2) if planned((lo + hi) // 2) != "not shown" else ((lo + hi) // 2, hi)
+    if word != "not shown":
+        return word, p
+    likely = f": likely {planned(hi).split(' —')[0]}" if hi <= most else ""
+    return f"not shown ({hi if hi <= most else f'more than {most}'} seeds a model for {POWER:.0%} power{likely})", None
 
 
 def plateaus(values):
-    """Seeds on two plateaus (PLATEAU_GAP; 4 seeds or more): how many land on each, and the values; else ''."""
-    v = np.sort(values)
-    k = int(np.argmax(np.diff(v))) + 1 if len(v) > 3 else 0
-    if not k or v[k] - v[k - 1] <= max(PLATEAU_GAP, 3 * v[:k].std(), 3 * v[k:].std()):
+    """Seeds on two plateaus (4 seeds or more): a gap in the sorted values wider than PLATEAU_GAP and 3 stds of a
+    side holding half the seeds or more (a plateau; the other side may spread): how many land on each, the values."""
+    v, n = np.sort(values), len(values)
+    tight = lambda k: [s for s in (v[:k], v[k:]) if len(s) >= max(2, n / 2)]
+    splits = [k for k in range(1, n) if n > 3 and tight(k) and v[k] - v[k - 1] > max(
+        PLATEAU_GAP, min(3 * s.std() for s in tight(k)))]
+    if not splits:
         return ""
-    values = ", ".join(f"{x:.3g}" for x in values)
-    return f"{k} near {v[:k].mean():.3g}, {len(v) - k} near {v[k:].mean():.3g} ({values})"
+    k = max(splits, key=lambda k: v[k] - v[k - 1])
+    span = lambda s: f"{len(s)} at {s[0]:.3g}" + (f"-{s[-1]:.3g}" if f"{s[-1]:.3g}" != f"{s[0]:.3g}" else "")
+    return f"{span(v[:k])}, {span(v[k:])} ({', '.join(f'{x:.3g}' for x in values)})"
 
 
 def part_word(words, labels):
     """A part of a claim: its settings' one word, or each word with the settings (labels) that read it."""
-    base = [w.split(" (")[0] for w in words]
+    base = [re.sub(r" \([^()]*\)$", "", w) for w in words]  # less a closing note: seeds, the difference alone
     groups = {w: [lab for b, lab in zip(base, labels) if b == w] for w in dict.fromkeys(base)}
     return base[0] if len(groups) == 1 else "; ".join(f"{w} {' and '.join(labs)}" for w, labs in groups.items())
 
 
-def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS):
-    """What the rule reads of two models' runs (finals of one task) on metric: the two scores beside their floors
-    (each run's logged level, 0 where the score has none, or a trained floor's per-seed scores), the difference with
-    its interval (90 % for a match alone, else 95 %) and p, the steps, plateaus, and the word for each direction."""
-    lower_better = metric == "val_loss"
+def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, looks=1, names=None):
+    """What the rule reads of two models' finals on metric: each score beside its floor (each run's logged level, 0,
+    or a trained floor's seeds), other - first with its interval at its word's level and p (competitive: the contrast
+    read, the share of the gain kept), the steps, plateaus, each direction's word, the last one's p scaled to ALPHA."""
+    lower_better, names = metric == "val_loss", names or ("the first", "the other")
     scores = [[r[metric] for r in runs] for runs in (first, other)]
     floors = [trained_floor or [r.get(LEVELS[metric][0], 0.0) if metric in LEVELS else 0.0 for r in runs]
               for runs in (first, other)]
-    steps = [runs[0]["iter"] for runs in (first, other)]
-    conf = 0.90 if directions == ("match",) else 0.95
-    diff, (lo, hi), p = contrast([(1, sample(scores[1])), (-1, sample(scores[0]))], conf)
-    interval = f" [{lo:+.3g}, {hi:+.3g}] {conf:.0%}, p {p:.2g}" if min(map(len, scores)) > 1 else " (one seed)"
-    if directions == ("competitive",):  # the share of the first's gain over the floor that the other keeps
-        (a, _), (b, _), (f, _) = mean_std(scores[0]), mean_std(scores[1]), mean_std(floors[1])
-        interval += f"; keeps {(f - b) / (f - a):.0%} of the first's gain over the floor"
-    shown = lambda s, f: f"{mean_std(s)[0]:.4g}" + (f" ± {mean_std(s)[1]:.2g}" if len(s) > 1 else "") + \
-        f" ({'clears' if bounds([(1, sample(s)), (-1, sample(f))], 0.90, lower_better)[0] > 0 else 'not above'} " \
-        f"{mean_std(f)[0]:.4g})"
-    return {"scores (floors)": " / ".join(map(shown, scores, floors)), "difference [interval], p": f"{diff:+.3g}"
-            + interval, "steps": " / ".join(f"{s:,}" for s in steps), "two plateaus": " / ".join(map(plateaus, scores))
-            .strip(" /"), **{d: verdict(scores, floors, steps, d, lower_better) for d in directions}}
+    (a, b, fa, fb), steps = map(sample, scores + floors), [runs[0]["iter"] for runs in (first, other)]
+    competitive = directions == ("competitive",)
+    c = contrast([(1, b), (-.5, a), (-.5, fb)] if competitive else [(1, b), (-1, a)])
+    conf = 1 - ALPHA * (2 if directions[0] in ("match", "holds") and len(directions) == 1 else 1) / looks
+    half = t_quantile((1 + conf) / 2, c[2]) * c[1] if c[1] else 0.0
+    shown = f"{c[0]:+.3g} [{c[0] - half:+.3g}, {c[0] + half:+.3g}] {100 * conf:.3g}%, p " \
+            f"{min(1.0, 2 * min(p_above(c), p_above(neg(c)))):.2g}" if min(a[2], b[2]) > 1 else \
+        f"{c[0]:+.3g} (one seed)"
+    if competitive:  # (b - fb) / (a - fb), its interval from the standard error of b - fb - share (a - fb)
+        share = (b[0] - fb[0]) / (a[0] - fb[0])
+        _, se, df = contrast([(1, b), (share - 1, fb), (-share, a)])
+        spread = t_quantile(0.975, df) * se / abs(a[0] - fb[0]) if se else 0.0
+        shown = f"other - (first + floor) / 2: {shown}; keeps {share:.0%} [{share - spread:.0%}, " \
+                f"{share + spread:.0%}] of the first's gain"
+    own = not trained_floor and LEVELS.get(metric, ("",))[0] == "induction_init"  # the model's own score at init
+    words = {d: verdict(scores, floors, steps, d, lower_better, looks, names, own) for d in directions}
+    status = ["at" if own and s == f else floor_status(k, looks, lower_better)  # its own floor at every seed: at it
+              for s, f, k in zip(scores, floors, readings(a, b, [fa, fb], "higher", lower_better)[0])]
+    return {"scores (floors)": " / ".join(f"{s[0]:.4g}" + (f" ± {s[1]:.2g}" if s[2] > 1 else "") +
+                                          f" ({st} {f[0]:.4g})" for s, f, st in zip((a, b), (fa, fb), status)),
+            "difference [interval], p": shown, "steps": " / ".join(f"{s:,}" for s in steps),
+            "two plateaus": " / ".join(map(plateaus, scores)).strip(" /"),
+            **{d: w for d, (w, _) in words.items()}, "p": words[directions[-1]][1]}
 
 
 def rule_rows(finals):
@@ -205,8 +260,9 @@ def rule_rows(finals):
         runs = [r for r in finals if r["task"] == task_name]
         variants = list(dict.fromkeys(r["variant"] for r in runs))
         of = lambda v: [r for r in runs if r["variant"] == v]
-        rows += [{"task": task_name, "variant": v, "against": variants[0], "score": headline(runs[0]),
-                  **rule_cells(of(variants[0]), of(v), headline(runs[0]))} for v in variants[1:]]
+        rows += [{"task": task_name, "variant": v, "against": variants[0], "score": headline(runs[0]), **{
+            k: c for k, c in rule_cells(of(variants[0]), of(v), headline(runs[0]), names=(variants[0], v)).items()
+            if k != "p"}} for v in variants[1:]]
     return rows
 
 
@@ -266,12 +322,9 @@ PANELS = {  # a panel: the metric, what runs along x (iter, flops or time; final
     "acc_flops": ("val_acc", "flops", "accuracy against training FLOPs", "accuracy"),
     "acc_time": ("val_acc", "time", "accuracy against training time", "accuracy"),
     "val_acc_pos": ("val_acc_pos", "final", "final accuracy per answer position", "accuracy"),
-    "val_acc_n": ("val_acc_n", "final", "final accuracy by number of pairs", "accuracy"),
-    "val_acc_at": ("val_acc_at", "final", "final accuracy by the answer's place", "accuracy"),
     "induction_layers": ("induction_layers", "final", "final induction score per layer (best head)", "induction score")}
 X_LABELS = {"iter": "optimizer step", "flops": "training FLOPs", "time": "training time (s)", "val_acc_pos":
-            "answer position", "val_acc_n": "key-value pairs in the sequence", "induction_layers": "layer",
-            "val_acc_at": "position of the query (the answer follows it)"}
+            "answer position", "induction_layers": "layer"}
 LEVELS = {"val_acc": ("val_acc_chance", "dashed: chance"), "val_loss": ("val_loss_floor", "dashed: floor"),
           "induction_score": ("induction_init", "dashed: at init")}  # what each score reads with no skill
 HEADLINES = {"val_acc": "final accuracy", "val_loss": "validation loss (nats per token)"}  # a score's axis label
@@ -320,7 +373,7 @@ def plot_comparison(runs, histories, path):
             key, x, title, ylabel = PANELS[panel]
             for name, (run, hs) in curves.items():
                 values = np.array([h[-1][key] for h in hs] if x == "final" else [[m[key] for m in h] for h in hs])
-                xs = np.arange(values.shape[1]) + (key == "val_acc_n") if x == "final" else \
+                xs = np.arange(values.shape[1]) if x == "final" else \
                     np.mean([[m[x] for m in h] for h in hs], 0)  # measured times differ by seed: their mean
                 mean = values.mean(0)
                 ax.plot(xs, mean, FREEZE_STYLES[run["freeze"]], color=colors[name], label=name,
@@ -393,9 +446,9 @@ def plot_attention_maps(maps, labels, path, title):
             ax.set_xticks(range(t), labels, rotation=90, fontsize=7)
             ax.set_yticks(range(t), labels, fontsize=7)
         if l == L - 1:
-            ax.set_xlabel("key (attended to)")
+            ax.set_xlabel("position read")
         if h == 0:
-            ax.set_ylabel("query")
+            ax.set_ylabel("reading position")
     fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
     fig.suptitle(title)
     save(fig, path)
@@ -450,29 +503,6 @@ def plot_express(rows, path):
     save(fig, path)
 
 
-def plot_sweep(points, shape, path):
-    """bench.py's context sweep (sweep_points; shape: a row): tokens/s against T; mixing's speed-up, the FLOP ratio."""
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    Ts = [p["T"] for p in points]
-    for a in dict.fromkeys(k for p in points for k in p if k in COLORS):
-        ax.plot(Ts, [p.get(a) for p in points], "o-", color=COLORS[a], label=a)
-    if "speed_ratio" in points[0]:
-        ax2.plot(Ts, [p["speed_ratio"] for p in points], "o-", color=COLORS["mixing"], label="measured speed ratio")
-        ax2.plot(Ts, [p["flop_ratio"] for p in points], "s--", color="gray", label="FLOP ratio softmax / mixing")
-    ax.set(ylabel="training tokens/s", ylim=(0, None), title=f"{shape['n_layer']} layers, width {shape['n_embd']}, "
-           f"{shape['tokens_per_step']:,} tokens per step")
-    ax2.set(ylabel="mixing over softmax", title="MixiT's speed-up")
-    for a in (ax, ax2):
-        a.set(xscale="log", xlabel="context length T")
-        a.set_xticks(Ts, [str(T) for T in Ts])
-        a.minorticks_off()
-        a.grid(alpha=0.3)
-        if a.lines:
-            a.legend()
-    fig.tight_layout()
-    save(fig, path)
-
-
 # ----------------------------------------------------------------------------- the script: finished comparisons
 
 def read_json(path, lines=False):
@@ -489,12 +519,13 @@ def read_json(path, lines=False):
 
 
 def claims_report(path, runs_dir):
-    """The claims file's every setting read by the rule from its comparison's runs.json under runs_dir, each claim's
-    word, and each comparison's command, machine and training time (its runs' sum): markdown."""
-    namespace, settings, verdicts, used = {}, [], [], {}
+    """The claims file's every setting read by the rule from its comparison's runs.json under runs_dir (at ALPHA over
+    its LOOKS), each part's word, each claim's words under Holm's correction within it, and each comparison's command,
+    machine and training time (its runs' sum): markdown."""
+    namespace, settings, verdicts, holm, used = {}, [], [], [], {}
     try:
         exec(open(path).read(), namespace)
-        claims, commands = namespace["CLAIMS"], namespace["COMMANDS"]
+        claims, commands, looked = namespace["CLAIMS"], namespace["COMMANDS"], namespace.get("LOOKS", {})
     except Exception as e:
         raise ConfigError(f"claims file {path} failed ({type(e).__name__}: {e}); it sets CLAIMS and COMMANDS, as "
                           f"configs/claims.py does") from None
@@ -512,22 +543,37 @@ def claims_report(path, runs_dir):
     name = lambda v: "{1} ({0})".format(*v) if isinstance(v, tuple) else v  # a variant as the tables show it
 
     for claim, rows in claims.items():
-        parts = {}
+        parts, decided = {}, []
         for part, label, folder, task_name, metric, first, other, direction, *floor in rows:  # floor: a trained one
             trained = [r[metric] for r in runs(folder, task_name, floor[0])] if floor else None
+            looks = max(looked.get(v[0] if isinstance(v, tuple) else folder, 1) for v in (folder, first, other, *floor))
             cells = rule_cells(runs(folder, task_name, first), runs(folder, task_name, other), metric, trained,
-                               (direction,))
+                               (direction,), looks, (name(first), name(other)))
             parts.setdefault(part, []).append((cells[direction], label))
+            if cells["p"] is not None:
+                decided.append((cells.pop("p"), (part, label)))
             settings.append({"claim": claim, "part": f"{part}, {label}", "comparison": f"{folder}: {task_name}, "
                              f"{metric}" + (f", floor {name(floor[0])}" if floor else ""), "first / other":
-                             f"{name(first)} / {name(other)}", **{k: v for k, v in cells.items() if k != direction},
+                             f"{name(first)} / {name(other)}", "looks": f"{looks}: at α {ALPHA / looks:.3g}" if looks
+                             > 1 else "1", **{k: v for k, v in cells.items() if k not in (direction, "p")},
                              "the claim": direction, "word": cells[direction]})
-        verdicts += [{"claim": claim, "part": part, "verdict": part_word(*zip(*read))} for part, read in parts.items()]
+        drops = holm_drops(decided)  # a word that Holm's correction within the claim drops says so in its part
+        kept = lambda part, read: [(w + ", not kept by Holm" * ((part, lab) in drops), lab) for w, lab in read]
+        verdicts += [{"claim": claim, "part": p, "verdict": part_word(*zip(*kept(p, r)))} for p, r in parts.items()]
+        holm.append({"claim": claim, "settings": len(rows), "words decided": len(decided), "kept by Holm within the "
+                     "claim": len(decided) - len(drops), "dropped": "; ".join(f"{p}, {lab}" for p, lab in drops)})
     commands = [{"comparison": f, "command": "; ".join(f"`{commands[p]}`" if p in commands else "none given" for p in
                                                      f.split("+")), "runs": len(finals),
                  "machine": finals[0]["hardware"], "training time": format_time(sum(r["time"] for r in finals))}
                 for f, finals in used.items()]
-    return "\n".join(table(rows, {k: k for k in rows[0]}) for rows in (verdicts, settings, commands))
+    return "\n".join(table(rows, {k: k for k in rows[0]}) for rows in (verdicts, settings, holm, commands))
+
+
+def holm_drops(decided):
+    """Holm's step-down over a family of (p scaled to ALPHA, label): the labels whose word does not survive it."""
+    ranked = sorted(decided)
+    first = next((i for i, (p, _) in enumerate(ranked) if p >= ALPHA / (len(ranked) - i)), len(ranked))
+    return [label for _, label in ranked[first:]]
 
 
 def main(argv):

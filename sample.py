@@ -18,15 +18,16 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from common import (ConfigError, OneOf, check_writable, cli, configure, defaults_of, load_checkpoint, load_weights,
-                    non_negative, pick_device, positive)
-from data import (CORPUS_TASKS, TASKS, Tokenizer, encode_examples, icl_score, in_eval, induction_scores, make_task,
-                  named_patterns, pattern_residuals, read_meta, recall_scores, repeated_tokens)
+from common import (ConfigError, Env, OneOf, check_writable, cli, configure, defaults_of, load_checkpoint,
+                    load_weights, non_negative, pick_device, positive)
+from data import (CORPUS_TASKS, TASKS, Tokenizer, encode_examples, evaluate, in_eval, induction_scores,
+                  make_task, named_patterns, pattern_residuals, read_meta, recall_scores, repeated_tokens)
 from mixit import MixiT, MixiTConfig
 from report import plot_attention_maps, plot_express, plot_induction, plot_propagation
 
 # -----------------------------------------------------------------------------
-out_dir = "out"  # holds ckpt.pt, written by train.py
+out_dir = "out"  # holds train.py's checkpoints
+checkpoint = "best"  # best (best.pt, the lowest val_loss; ckpt.pt before any eval) | latest (ckpt.pt)
 start = "\n"  # language models: the prompt, or FILE:path to read it from a file
 num_samples = 10  # language models: samples drawn; tasks and classifiers: evaluation examples shown
 max_new_tokens = 200
@@ -46,7 +47,8 @@ express = ""  # init: which patterns each variant's heads can form at init (no c
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 RULES = {"num_samples": positive, "temperature": positive, "max_new_tokens": non_negative, "top_k": non_negative,
-         "propagation": non_negative, "propagation_width": positive, "express": OneOf(("", "init", "ckpt"))}
+         "propagation": non_negative, "propagation_width": positive, "express": OneOf(("", "init", "ckpt")),
+         "checkpoint": OneOf(("best", "latest"))}
 
 
 # ----------------------------------------------------------------------------- what sample.py shows
@@ -64,9 +66,9 @@ def show_attention_maps(model, task, config, name, dev):
 
 
 def show_induction(model, task, config, name, dev):
-    """Per-head induction scores (recall tasks: recall_scores), the best head, the ICL score; out_dir/induction.png."""
+    """Per-head induction scores (recall tasks: recall_scores) and the best head, printed; out_dir/induction.png."""
     if task is not None and task.probe == "recall":
-        scores, what = recall_scores(model, task), "weight from each query to the value after its key"
+        scores, what = recall_scores(model, task), "weight from each question to the value after its key"
     else:
         scores, what = induction_scores(model, seed=config["seed"]), \
             "weight from each repeated token to the one after its first copy"
@@ -77,33 +79,21 @@ def show_induction(model, task, config, name, dev):
         print(f"layer {l:<3}" + "".join(f"{v:8.3f}" for v in scores[l].tolist()))
     best = int(scores.argmax())
     print(f"best: layer {best // H}, head {best % H} ({scores.flatten()[best]:.3f})")
-    title = f"{name} ({model.config.attn}): induction scores"
-    if not model.config.n_classes:
-        icl = icl_score(model, seed=config["seed"])
-        print(f"in-context learning score: {icl:+.3f} nats (loss on the repeat minus on the first copy)")
-        title += f", ICL {icl:+.2f} nats"
-    plot_induction(scores.numpy(), os.path.join(config["out_dir"], "induction.png"), title)
+    plot_induction(scores.numpy(), os.path.join(config["out_dir"], "induction.png"),
+                   f"{name} ({model.config.attn}): induction scores")
 
 
 def show_answers(model, task, config, dev):
     """Greedy answers beside the truth for the first evaluation examples of an algorithmic task, each run of consecutive
-    scored positions from the true tokens before it (MQAR's queries are given); returns the share of tokens right."""
+    scored positions decoded from the true tokens before it (MQAR's queries are given)."""
     x, y = next(task.eval_batches(task.val_split, config["num_samples"]))
-    right = total = exact = 0
     for xi, yi in zip(x.numpy(), y.numpy()):
         scored, pred = np.flatnonzero(yi >= 0), np.full_like(yi, -1)
-        if not len(scored):
-            continue
         for first, last in zip(scored[np.r_[True, np.diff(scored) > 1]], scored[np.r_[np.diff(scored) > 1, True]]):
             prompt = torch.from_numpy(xi[:first + 1])[None].to(dev)  # (1, first+1)
             out = model.generate(prompt, last - first + 1, top_k=1, use_cache=config["use_cache"])
             pred[first:last + 1] = out[0, first + 1:].cpu().numpy()  # pred[p]: the token after position p
         print(task.show(xi, yi, pred))
-        hits = (pred[scored] == yi[scored]).sum()
-        right, total, exact = right + hits, total + len(scored), exact + (hits == len(scored))
-    print(f"greedy decoding from the true inputs: {right}/{total} answer tokens right ({right / max(total, 1):.1%}), "
-          f"{exact}/{int((y >= 0).any(-1).sum())} examples entirely right")  # of the examples with an answer
-    return right / max(total, 1)
 
 
 def show_samples(model, tok, config, dev):
@@ -153,7 +143,9 @@ def show_corpus(model, name, config, train_config, dev):
 def show(config):
     """What the checkpoint in out_dir holds: answers, text or labels; or its attention maps and induction scores."""
     dev = pick_device(config["device"])
-    ckpt = load_checkpoint(path := os.path.join(config["out_dir"], "ckpt.pt"), dev)
+    best, latest = (os.path.join(config["out_dir"], file) for file in ("best.pt", "ckpt.pt"))
+    path = best if config["checkpoint"] == "best" and os.path.isfile(best) else latest
+    ckpt = load_checkpoint(path, dev)
     model = load_weights(ckpt, path, lambda: MixiT(MixiTConfig(**ckpt["model_args"]), dev)).eval()
     torch.manual_seed(config["seed"])
     name = ckpt["config"]["task"]
@@ -170,15 +162,17 @@ def show(config):
     if config["attn_maps"] or config["induction"] or config["express"]:
         return
     if corpus:
-        show_corpus(model, name, config, ckpt["config"], dev)
-    else:
-        show_answers(model, task, config, dev)
+        return show_corpus(model, name, config, ckpt["config"], dev)
+    show_answers(model, task, config, dev)
+    val = evaluate(model, task, task.val_split, 500, Env(dev))  # as train.py scores its evaluation split
+    print(f"{path}, the {task.val_split} split, each answer token from the true ones before it (train.py's val_acc, "
+          f"val_exact): {val['acc']:.4f} of the answer tokens right, {val['exact']:.4f} of the examples entirely")
 
 
 # ----------------------------------------------------------------------------- signal propagation at init
 
 def token_stats(x):
-    """The mean covariance (x_i . x_j / C) and cosine similarity between distinct tokens' residual streams x (B, t, C)."""
+    """The mean covariance (x_i . x_j / C) and cosine similarity of distinct tokens' residual streams x (B, t, C)."""
     off = ~torch.eye(x.size(1), dtype=torch.bool)
     cov = (x @ x.transpose(1, 2) / x.size(-1))[:, off]
     unit = F.normalize(x, dim=-1)
@@ -188,7 +182,7 @@ def token_stats(x):
 def unshape(block, g):
     """A MixiT block unshaped: its fixed matrix plain random attention (a softmax of random scores), plain residuals."""
     P = block.attn.mixing  # the stored matrix is A - I
-    scores = torch.randn(P.shape, generator=g).masked_fill(torch.ones(P.shape[1:], dtype=torch.bool).triu(1), -torch.inf)
+    scores = torch.randn(P.shape, generator=g).masked_fill(torch.ones(P.shape[1:]).triu(1).bool(), -torch.inf)
     P.copy_(scores.softmax(-1) - torch.eye(P.size(-1)))
     block.s = block.r = 1.0
 

@@ -36,13 +36,14 @@ from report import describe_model, write_report
 # I/O
 out_dir = "out"
 eval_interval = 250
-log_interval = 250  # also where a stop signal is read under torchrun
-always_save_checkpoint = False  # a checkpoint at every eval; False: when val_loss improves, and at the end
-init_from = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt)
+log_interval = 250
+checkpoint_interval = 10.0  # minutes: the latest checkpoint (ckpt.pt) also this often between evals (0: at evals only)
+init_from = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt, the latest; best.pt holds the lowest val_loss)
 # task
 task = "addition_3,memorize_32,retrieval_6"  # a comma list of tasks (data.py), or corpora prepared by prepare.py
 data_dir = "data"  # where prepare.py put the corpora
 eval_split = "val"  # corpora: the split behind val_* ('test' for language modeling: the whole stream)
+lm_rows = "packed"  # language modeling: packed windows of the token stream, or lines: each WikiText line alone (paper)
 eval_iters = 20  # language modeling: batches of the fixed validation sample
 seed = 0  # model init, frozen weights, mixing matrices and the data stream
 seeds = 1  # run seeds seed .. seed+seeds-1 and report mean ± std
@@ -89,11 +90,12 @@ compile = "auto"  # auto (on for CUDA), True, False
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "float32", "bfloat16")),
+         "lm_rows": OneOf(("packed", "lines")),
          "compile": OneOf(("auto", True, False)), "beta1": unit_interval, "beta2": unit_interval,
          **dict.fromkeys(("batch_size", "gradient_accumulation_steps", "max_iters", "eval_interval", "log_interval",
                           "eval_iters", "seeds", "learning_rate", "init_std", "base_ffn", "base_depth"), positive),
          **dict.fromkeys(("block_size", "warmup_iters", "lr_decay_iters", "min_lr", "weight_decay", "grad_clip",
-                          "base_width", "depth_alpha", "sigma_min"), non_negative)}
+                          "base_width", "depth_alpha", "sigma_min", "checkpoint_interval"), non_negative)}
 ARCH_KEYS = [k for k in MixiTConfig.__dataclass_fields__]
 PAPER_ATTNS = ATTNS[:3]  # attn=all: the paper's three variants
 LIST_RULES = {  # the comma-list options' items
@@ -102,7 +104,8 @@ LIST_RULES = {  # the comma-list options' items
     "freeze": OneOf(FREEZES), "mixing_heads": rule_that(lambda h: h.isdigit() and int(h) > 0, "valid: integers > 0"),
     "unfreeze_at": rule_that(lambda u: u == "never" or u.isdigit() or u[-1:] == "%" and u[:-1].isdigit() and
                              int(u[:-1]) <= 100, "valid: never, a step like 2000 or a share like 50% (0-100%)")}
-FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_steps": 0, "flops": 0.0, "train_time": 0.0}  # a run's state at step 0
+FRESH = {"iter_num": 0, "loss_sum": 0.0, "loss_tokens": 0, "tokens": 0, "samples": 0, "flops": 0.0,
+         "train_time": 0.0}  # a run's state at step 0: loss_* since the last eval, the rest since step 0
 AHEAD = ThreadPoolExecutor(1)  # on a GPU, makes the next step's batches while a step runs (a CPU's cores run the step)
 
 
@@ -195,8 +198,7 @@ def start_run(config, task, env, ckpt_path, metrics_path):
     if config["init_from"] == "resume" and (os.path.isfile(ckpt_path) or not config.get("fresh_if_missing")):
         state = load_state(ckpt_path, mconf, model, optimizer, config, env)
         if os.path.isfile(metrics_path):  # its evals up to the checkpoint
-            with open(metrics_path) as f:
-                history = [m for m in map(json.loads, f) if m["iter"] <= state["iter_num"]]
+            history = [m for m in read_metrics(metrics_path, env) if m["iter"] <= state["iter_num"]]
         env.print(f"resumed {ckpt_path} at iter {state['iter_num']}")
     if env.master:
         os.makedirs(config["out_dir"], exist_ok=True)
@@ -205,6 +207,15 @@ def start_run(config, task, env, ckpt_path, metrics_path):
               f"{model.get_num_params() / 1e6:.2f}M non-embedding parameters, "
               f"{model.get_num_params(trainable=True) / 1e6:.2f}M trainable; out_dir {config['out_dir']}")
     return mconf, model, optimizer, state, history, chance
+
+
+def read_metrics(path, env):
+    """metrics.jsonl's evals; a last line cut off (by a kill mid-write: a JSON object ends in }) is dropped, said so."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    if lines and not lines[-1].endswith("}"):
+        env.print(f"{path}: dropped its last line, cut off mid-write: {lines.pop()[:60]}")
+    return [json.loads(line) for line in lines]
 
 
 def unfreeze(model, optimizer, weight_decay):
@@ -239,24 +250,27 @@ def step_batches(task, config, shares, iter_num):
             for micro, rows in shares]
 
 
-def train_step(train_model, batches, optimizer, params, grad_clip, env):
-    """One optimizer step over this process's micro-batches (x, y) on the device. The step's loss is the sum over its
-    scored tokens over their count in the whole step, every micro-batch and process (a share may hold none); returns
-    world_size times this process's part of it (the processes' mean is the loss) and the gradient norm."""
-    counts = [(y >= 0).sum() for _, y in batches]
-    scale, step_loss = env.world_size / env.all_reduce(sum(counts)).clamp(min=1), torch.zeros((), device=env.device)
+def train_step(train_model, batches, counts, agreement, optimizer, params, grad_clip, env):
+    """One optimizer step over this process's micro-batches (x, y) on the device, counts their scored tokens: each
+    share's loss summed, its gradient scaled by world_size / the step's count (read from agreement while the backward
+    ran; DDP averages the processes'): the gradient of the mean over every scored token of the step. A step that scores
+    none leaves the weights and optimizer as they were. Returns this process's loss sum, the gradient norm, agreed."""
+    step_loss = torch.zeros((), device=env.device)
     for i, ((x, y), count) in enumerate(zip(batches, counts)):
         if env.ddp:
             train_model.require_backward_grad_sync = i == len(batches) - 1
         with env.autocast():
             _, loss = train_model(x, y)  # the mean over this share's scored tokens, 0 where it has none
-        loss = loss * count * scale  # DDP averages the processes' gradients: world_size x its part
+        loss = loss * count
         loss.backward()
         step_loss += loss.detach()
-    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip) if grad_clip else torch.zeros((), device=env.device)
-    optimizer.step()
+    agreed, norm = agreement.wait(), torch.zeros((), device=env.device)
+    if agreed[0]:
+        torch._foreach_mul_([p.grad for p in params if p.grad is not None], env.world_size / agreed[0])
+        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip) if grad_clip else norm
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return step_loss, norm
+    return step_loss, norm, agreed
 
 
 def out_of_memory(config, ckpt_path):
@@ -274,12 +288,13 @@ def check_finite(first_bad, env, ckpt_path):
         raise TrainingError(f"non-finite loss or gradient norm at iter {step}; stopped, {kept}")
 
 
-def progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, peak, env):
-    """A training step's log line: loss, step size, time, throughput over all processes, and one device's MFU."""
+def progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, peak, env, scored=None):
+    """A step's log line: loss, step size, time, throughput (scored: a language model's share scored), one MFU."""
     tok_s = tokens_per_iter / dt
     mfu = flops_per_token * tok_s / env.world_size / peak if peak else None
     return (f"iter {iter_num}/{config['max_iters']}: loss {loss:.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms/iter, "
             f"{tok_s:,.0f} tok/s" + (f" over {env.world_size} processes" if env.ddp else "")
+            + (f" ({scored:.0%} scored)" if scored is not None else "")
             + f", mfu {'n/a' if mfu is None else f'{mfu * 100:.1f}%'}{' per process' if env.ddp else ''}, "
             + (f"peak {torch.cuda.max_memory_allocated(env.device) / 2 ** 30:.2f} GiB, " if env.device_type == "cuda"
                else "")
@@ -288,38 +303,35 @@ def progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, p
 
 def train_run(config, task, env, stop):
     """Train one (task, attn, freeze, unfreeze, seed) run into config['out_dir']; return its eval history."""
-    ckpt_path, metrics_path = (os.path.join(config["out_dir"], f) for f in ("ckpt.pt", "metrics.jsonl"))
+    ckpt_path, best_path, metrics_path = (os.path.join(config["out_dir"], f) for f in ("ckpt.pt", "best.pt",
+                                                                                       "metrics.jsonl"))
     mconf, model, optimizer, state, history, chance = start_run(config, task, env, ckpt_path, metrics_path)
-    iter_num, loss_sum, loss_steps, flops, train_time = state.values()  # in FRESH's order
+    iter_num, loss_sum, loss_tokens, tokens, samples, flops, train_time = state.values()  # in FRESH's order
     train_model, switch = wrap(model, config, env), unfreeze_step(config, iter_num)
     params = [p for p in model.parameters() if p.requires_grad]  # what trains: clipped together
     shares = step_shares(config["gradient_accumulation_steps"], config["batch_size"], env)
-    tokens_per_iter = config["batch_size"] * task.block_size * config["gradient_accumulation_steps"]  # as trained
+    step_rows = config["batch_size"] * config["gradient_accumulation_steps"]  # sequences a step, all processes
+    tokens_per_iter = step_rows * task.block_size  # positions
     peak, flops_per_token = peak_flops(env.device, env.dtype), model.flops_per_token(task.block_size)
-    loss_sum = torch.tensor(loss_sum, device=env.device)  # the step losses since the last evaluation
+    loss_sum = torch.tensor(loss_sum, device=env.device)  # the loss summed over the scored tokens since the last eval
     step_t = torch.tensor(iter_num, device=env.device)  # the step counter on the device: no sync to track it
     first_bad = torch.tensor(-1, device=env.device)  # the first step with a non-finite loss or gradient norm
-    ahead = None  # on a GPU, the future of the next step's batches
+    ahead, saved = None, time.time()  # on a GPU, the future of the next step's batches; the latest checkpoint's time
 
-    def save(metrics=(), checkpoint=True):  # a collective: the loss sum is all-reduced; never a poisoned checkpoint
+    def save(metrics=(), best=False):  # a collective: the loss sum is all-reduced; never a poisoned checkpoint
+        nonlocal saved
         check_finite(first_bad, env, ckpt_path)
-        state = {"iter_num": iter_num, "loss_sum": env.all_reduce(loss_sum.clone()).item() / env.world_size,
-                 "loss_steps": loss_steps, "flops": flops, "train_time": train_time}
+        state = dict(zip(FRESH, (iter_num, env.all_reduce(loss_sum.clone()).item() / env.world_size, loss_tokens,
+                                 tokens, samples, flops, train_time)))
         if env.master:
             with open(metrics_path, "a") as f:
                 f.write("".join(json.dumps(m) + "\n" for m in metrics))
-            if checkpoint:
-                save_checkpoint(ckpt_path, model, optimizer, mconf, config, state)
+            save_checkpoint([ckpt_path] + [best_path] * best, model, optimizer, mconf, config, state)
+        saved = time.time()
 
     t_log = t_mark = time.time()
-    log_iters, warming = 0, True  # warming: the first step of a model (its compilation included) is not logged
-    while iter_num < config["max_iters"]:  # under torchrun a stop signal is read at log steps: no sync at others
-        if (not env.ddp or iter_num % config["log_interval"] == 0) and (signum := env.agree_max(stop.signum)):
-            train_time += time.time() - t_mark
-            save()
-            env.print(f"stopped by {signal.Signals(signum).name} at iter {iter_num}: wrote {ckpt_path}; "
-                      f"continue with --init_from=resume")
-            raise Interrupted(signum)
+    log_iters, log_scored, warming = 0, 0, True  # warming: a model's first step (its compilation) is not logged
+    while iter_num < config["max_iters"]:
         if iter_num == switch and (count := unfreeze(model, optimizer, config["weight_decay"])):
             before, flops_per_token = flops_per_token, model.flops_per_token(task.block_size)
             params = [p for p in model.parameters() if p.requires_grad]
@@ -331,38 +343,53 @@ def train_run(config, task, env, stop):
             group["lr"] = lr
         host = ahead.result() if ahead else step_batches(task, config, shares, iter_num)
         ahead = AHEAD.submit(step_batches, task, config, shares, iter_num + 1) if env.device_type == "cuda" else None
+        counts = [int((y >= 0).sum()) for _, y in host]
+        due = env.master and 0 < config["checkpoint_interval"] * 60 < time.time() - saved  # the latest, on time
+        agreement = env.agree([sum(counts), due] + [stop.signum == s for s in Stop.SIGNALS])  # read after backward
         batches = [env.to_device(x, y) for x, y in host]
         try:
-            loss, norm = train_step(train_model, batches, optimizer, params, config["grad_clip"], env)
+            loss, norm, (scored, due, *signals) = train_step(train_model, batches, counts, agreement, optimizer,
+                                                              params, config["grad_clip"], env)
         except torch.OutOfMemoryError:
             raise out_of_memory(config, ckpt_path) from None
         step_t += 1
         first_bad = torch.where((first_bad < 0) & ~(loss.isfinite() & norm.isfinite()), step_t, first_bad)
         loss_sum += loss
-        flops += flops_per_token * tokens_per_iter
-        iter_num, loss_steps, log_iters = iter_num + 1, loss_steps + 1, log_iters + 1
+        trained = scored if getattr(task, "counts_scored", False) else tokens_per_iter  # an LM's: what it predicted
+        tokens, flops, samples = tokens + trained, flops + flops_per_token * trained, samples + step_rows
+        loss_tokens, log_scored = loss_tokens + scored, log_scored + scored
+        iter_num, log_iters = iter_num + 1, log_iters + 1
         last = iter_num == config["max_iters"]
         if logs := iter_num % config["log_interval"] == 0 or last:
             check_finite(first_bad, env, ckpt_path)  # the one host sync of a logging step
-            dt, loss = (time.time() - t_log) / log_iters, env.all_reduce(loss.clone()).item() / env.world_size
-            env.print(progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, peak, env)
+            dt, loss = (time.time() - t_log) / log_iters, env.all_reduce(loss.clone()).item() / (scored or math.nan)
+            share = log_scored / log_iters / tokens_per_iter if getattr(task, "counts_scored", False) else None
+            env.print(progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, peak, env, share)
                       + (", warm-up step included" if warming else ""))
         if logs or warming:  # a model's first step (compiling) is left out of the next line's rate
-            t_log, log_iters, warming = time.time(), 0, False
-        if iter_num % config["eval_interval"] == 0 or last:
+            t_log, log_iters, log_scored, warming = time.time(), 0, 0, False
+        if evaluates := iter_num % config["eval_interval"] == 0 or last:
             train_time += time.time() - t_mark  # the loss read above waited for the device: the steps are done
-            train_loss = env.all_reduce(loss_sum.clone()).item() / loss_steps / env.world_size
+            train_loss = env.all_reduce(loss_sum.clone()).item() / loss_tokens if loss_tokens else math.nan
             loss_sum.zero_()
-            loss_steps = 0
+            loss_tokens = 0
             history.append({"iter": iter_num, "train_loss": train_loss,
                             **eval_metrics(model, task, config["batch_size"], env, chance), "lr": lr,
-                            "tokens": iter_num * tokens_per_iter, "flops": flops, "time": round(train_time, 2)})
+                            "tokens": tokens, "samples": samples, "flops": flops, "time": round(train_time, 2)})
             best = min([m["val_loss"] for m in history[:-1]], default=math.inf)  # resumed: up to the checkpoint
-            save(history[-1:], config["always_save_checkpoint"] or last or history[-1]["val_loss"] < best)
+            save(history[-1:], history[-1]["val_loss"] < best)
             env.print("eval " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in
                                           history[-1].items() if not isinstance(v, list) and k not in
-                                          ("lr", "tokens", "flops", "time")))
-            t_log, log_iters, t_mark = time.time(), 0, time.time()
+                                          ("lr", "tokens", "samples", "flops", "time")))
+            t_log, log_iters, log_scored, t_mark = time.time(), 0, 0, time.time()
+        if any(signals) or due and not evaluates:  # the latest checkpoint (an evaluation wrote one)
+            train_time, t_mark = train_time + time.time() - t_mark, time.time()
+            save()
+        if any(signals):
+            signum = next(s for s, n in zip(Stop.SIGNALS, signals) if n)
+            env.print(f"stopped by {signal.Signals(signum).name} at iter {iter_num}: wrote {ckpt_path}; "
+                      f"continue with --init_from=resume")
+            raise Interrupted(signum)
     return history
 
 
@@ -413,7 +440,7 @@ def build_tasks(runs):
         if run["task"] not in tasks:
             try:
                 tasks[run["task"]] = make_task(run["task"], run["block_size"], run["data_dir"], run["eval_iters"],
-                                               run["eval_split"])
+                                               run["eval_split"], run["lm_rows"])
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         run["model"] = describe_model(model_config(run, tasks[run["task"]]))
@@ -431,7 +458,13 @@ def main(argv):
     env = setup(config["device"], config["dtype"])
     stop = Stop()
     try:
-        step_shares(config["gradient_accumulation_steps"], config["batch_size"], env)
+        accum, rows = config["gradient_accumulation_steps"], config["batch_size"] // env.world_size
+        step_shares(accum, config["batch_size"], env)
+        env.print(env.describe())  # a CPU's thread count (OMP_NUM_THREADS=1 on a CPU other work keeps busy)
+        if accum % env.world_size and rows < 8:  # micro-batches split by rows
+            env.print(f"each process computes {rows} rows of each of {accum} micro-batches: correct, but slow; "
+                      f"--batch_size={accum * config['batch_size']} --gradient_accumulation_steps=1 gives it "
+                      f"{accum * rows} at once (as many sequences a step), if memory allows")
         check_writable(config["out_dir"])
         start = time.time()
         histories = [train_run(run, tasks[run["task"]], env, stop) for run in runs]

@@ -10,8 +10,8 @@
 #   python train.py configs/lm_paper.py --attn=mixing --depth_alpha=1.0 --cminus=1.0 --max_iters=80000 \
 #       --warmup_iters=3200 --out_dir=out/lm_paper_launcher
 # Departures: GPT-2 BPE (the reference: Llama-3.2's tokenizer with --llama3, else Llama-2's; losses per token are not
-# comparable across tokenizers), packed windows instead of one padded line per sequence, cosine decay instead of
-# linear, bf16 autocast on a GPU.
+# comparable across tokenizers), packed windows instead of one padded line per sequence (--lm_rows=lines takes the
+# reference's rows), cosine decay instead of linear, bf16 autocast on a GPU.
 # Model: 12 layers, width 512, 8 heads (MixiT 8 heads), context 256, multipliers base 512.
 # Training: 40,000 steps of 512 sequences, lr 5e-4.
 #   python prepare.py wikitext103                       # download; offline: --src=DIR with wiki.{train,valid,test}.raw
