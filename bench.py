@@ -51,8 +51,7 @@ LM = dict(n_layer=12, n_embd=512, n_head=8, vocab_size=50304)  # the paper's lan
 GPT2 = dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50304)  # GPT-2 small
 SMALL = dict(n_layer=2, n_embd=128, n_head=4, vocab_size=512)
 LM_GPU = dict(n_layer=6, n_embd=384, n_head=6, vocab_size=50304, block_size=256, batch_size=32, accum=1)  # lm_gpu.py
-SIZES = {  # shapes: a model's MixiTConfig fields and batch_size x accum micro-batches a step; memory: a shape and the
-    # loss's chunk
+SIZES = {  # shapes: MixiTConfig fields and batch_size x accum micro-batches a step; memory: a shape, the loss's chunk
     "paper": dict(steps=50, repeats=5, warmup=3, memory=(LM_GPU, LOSS_CHUNK),
                   shapes={"lm_paper": dict(LM, block_size=256, batch_size=64, accum=8),
                           "gpt2_small": dict(GPT2, block_size=1024, batch_size=16, accum=1)}),
@@ -90,9 +89,10 @@ def calibrate(env, peak):
             "measured_over_peak": peak and measured / peak}
 
 
-def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_steps=0, profile_to=None, loss_chunk=None):
+def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_steps=0, profile_to=None,
+                  chunk=LOSS_CHUNK):
     """A row of the table: one variant's optimizer steps at shape timed; with profile_to, more under torch.profiler;
-    loss_chunk: the model's (0: the loss over the whole logits at once)."""
+    chunk: the loss's logits at a time (0: the whole logits at once)."""
     B, A, T, V = (shape[k] for k in ("batch_size", "accum", "block_size", "vocab_size"))
     torch._dynamo.reset()  # the last model's compiled graphs go: each compiles afresh, no recompile limit is met
     gc.collect()
@@ -102,7 +102,7 @@ def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_ste
                   env.device, env.dtype)
     synchronize(env.device)
     build_s = time.perf_counter() - t0
-    model.loss_chunk = model.loss_chunk if loss_chunk is None else loss_chunk
+    model.loss_chunk = chunk
     optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), env.device_type)  # fused AdamW
     net = torch.compile(model, dynamic=False) if compile else model
     params = [p for p in model.parameters() if p.requires_grad]
@@ -154,11 +154,10 @@ def head_memory(env, config):
     """The peak memory of a training step at lm_gpu's shape (tiny: smaller), softmax, the loss over the whole logits
     at once (float32 logits for every position, as before chunks) and in chunks (the default)."""
     shape, chunk = SIZES[config["size"]]["memory"]
-    rows = [{"loss": loss, "chunk": c, **time_training(env, shape, "softmax", 1, 1, 1, config["compile"], loss_chunk=c)}
+    rows = [{"loss": loss, "chunk": c, **time_training(env, shape, "softmax", 1, 1, 1, config["compile"], chunk=c)}
             for loss, c in (("whole logits", 0), ("in chunks", chunk))]
     for row in rows:
-        print(f"  memory, {row['loss']}: peak {row['peak_mib']:,.0f} MiB, {row['ms_median']:,.0f} ms a step",
-              flush=True)
+        print(f"  memory, {row['loss']}: peak {row['peak_mib']:,.0f} MiB, {row['ms_median']:,.0f} ms/step", flush=True)
     return rows
 
 

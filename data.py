@@ -25,10 +25,9 @@ from functools import cache
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from common import Env
-from mixit import LOSS_CHUNK, cross_entropy_sum, fixed_patterns
+from mixit import cross_entropy_sum, fixed_patterns
 
 # ============================================================================ algorithmic tasks
 
@@ -789,7 +788,7 @@ def evaluate(model, task, split, batch_size, env):
         scored = y >= 0
         right = (logits.argmax(-1) == y) & scored
         answered, count = scored.any(-1), scored.sum(-1)
-        loss = cross_entropy_sum(lambda z: z, logits.flatten(0, -2), y.flatten(), LOSS_CHUNK // logits.size(-1) or 1)
+        loss = cross_entropy_sum(lambda z: z, logits, y, logits.size(-1))
         sums += torch.stack([loss, count.sum(), right.sum(), answered.sum(),
                              ((right == scored).all(-1) & answered).sum(), margin.sum(), margin.square().sum()])
         k = scored.cumsum(-1)[scored] - 1  # each answer's place among its row's answers

@@ -338,10 +338,13 @@ class Block(nn.Module):
         return self.s * x + self.r * self.mlp(self.norm2(x))
 
 
-def cross_entropy_sum(logits_of, x, targets, rows):
-    """The cross-entropy of logits_of(x) (n, V) against targets (n,) (-1: unscored), summed: rows positions at a time,
-    each chunk's float32 logits made again in the backward pass, never kept: the memory of one chunk, not of all n."""
+def cross_entropy_sum(logits_of, x, targets, vocab, chunk=LOSS_CHUNK):
+    """The cross-entropy of logits_of(x) (..., vocab) against targets (...) (-1: unscored), summed: about chunk logits
+    at a time (0: all at once), each chunk's float32 logits made again in the backward pass, never kept: the memory
+    of one chunk, not of all."""
+    x, targets = x.flatten(0, -2), targets.flatten()
     part = lambda xs, ts: F.cross_entropy(logits_of(xs).float(), ts, ignore_index=-1, reduction="sum")
+    rows = max(1, chunk // vocab) if chunk else len(x)
     if rows >= len(x):
         return part(x, targets)
     return sum(checkpoint(part, xs, ts, use_reentrant=False) if torch.is_grad_enabled() else part(xs, ts)
@@ -414,8 +417,7 @@ class MixiT(nn.Module):
             x = self.pool(x, real)
         if targets is None:
             return self.head(x), None
-        rows = max(1, self.loss_chunk // self.head.out_features) if self.loss_chunk else targets.numel()
-        loss = cross_entropy_sum(self.head, x.flatten(0, -2), targets.flatten(), rows)
+        loss = cross_entropy_sum(self.head, x, targets, self.head.out_features, self.loss_chunk)
         return None, loss / (targets >= 0).sum().clamp(min=1)  # the mean over the scored targets; 0 with none
 
     def pool(self, x, real):

@@ -3647,7 +3647,7 @@ def test_the_loss_in_chunks_is_the_whole_loss(monkeypatch):
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
     logits = MixiT(config)(x)[0]
     whole = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-1, reduction="sum")
-    assert mixit.cross_entropy_sum(lambda z: z, logits.flatten(0, 1), y.flatten(), 7).item() == \
+    assert mixit.cross_entropy_sum(lambda z: z, logits, y, 300, 7 * 300).item() == \
         pytest.approx(whole.item(), rel=1e-6)
 
 
