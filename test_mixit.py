@@ -2836,10 +2836,28 @@ def test_memory_part_measures_a_step_with_the_whole_logits_and_in_chunks(tmp_pat
     assert "## The LM head's memory" in (out / "bench.md").read_text()
 
 
+def test_sweep_part_prints_results_table_across_context(tmp_path, capsys):
+    """bench.py's sweep part at two context lengths on a CPU: RESULTS' columns, a row per T, every
+    variant's tokens/s and both ratios positive; the same table in bench.md."""
+    out = tmp_path / "b"
+    assert cli(bench.main, ["--device=cpu", "--parts=sweep", "--contexts=16,32", "--steps=1",
+                            "--repeats=1", "--warmup=1", f"--out_dir={out}"]) == 0
+    printed = capsys.readouterr().out
+    header = "| T | softmax (flash) | Frozen-QK | MixiT | MixiT / softmax | softmax / MixiT FLOPs |"
+    table = printed[printed.index(header):].split("\n\n")[0]
+    lines = table.splitlines()
+    assert lines[1] == "|---|---|---|---|---|---|"
+    cells = [line.strip("| ").split(" | ") for line in lines[2:]]
+    assert [row[0] for row in cells] == ["16", "32"]
+    assert all(float(cell.replace(",", "")) > 0 for row in cells for cell in row[1:])
+    assert table in (out / "bench.md").read_text()
+
+
 @pytest.mark.parametrize("arg, message", [("--colour=1", "unknown option --colour"), ("--steps=x", "--steps=x"),
                                           ("--device=tpu", "tpu"), ("--parts=calib,plots", "unknown part 'plots'"),
                                           ("--attn=linear", "unknown attn 'linear'"), ("--steps=-1", "steps=-1"),
-                                          ("--size=huge", "size='huge'"), ("extra", "unexpected argument")])
+                                          ("--size=huge", "size='huge'"), ("extra", "unexpected argument"),
+                                          ("--contexts=64,x", "unknown context length 'x'")])
 def test_bad_input_is_one_line_and_status_2(capsys, tmp_path, arg, message):
     assert cli(bench.main, [arg, f"--out_dir={tmp_path}"]) == 2
     captured = capsys.readouterr()
