@@ -1,6 +1,7 @@
 """
-What every mixit script shares and the model does not need: the command line and its errors, the configurator,
-the device, dtype and process set-up, the peak FLOP/s of the hardware, and checkpoints.
+What every mixit script shares and the model does not need: the command line and its errors,
+the configurator, the device, dtype and process set-up, the peak FLOP/s of the hardware, and
+checkpoints.
 """
 import ast
 import datetime
@@ -19,14 +20,15 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
-# ----------------------------------------------------------------------------- errors and the command line
+# --------------------------------------------------------------------- errors and the command line
 
 class ConfigError(Exception):
     """Bad input: reported in one line, exit status 2."""
 
 
 class TrainingError(Exception):
-    """A run that cannot go on (a non-finite loss, out of memory, ranks that disagree): one line, exit status 1."""
+    """A run that cannot go on (a non-finite loss, out of memory, ranks that disagree): one line,
+    exit status 1."""
 
 
 class Interrupted(Exception):
@@ -34,14 +36,14 @@ class Interrupted(Exception):
 
 
 class Stop:
-    """SIGTERM, SIGUSR1 (SLURM's warning before a pre-emption) and Ctrl-C set a flag: the run checkpoints after the
-    step it reads it in, and exits; a second Ctrl-C stops at once."""
+    """SIGTERM, SIGUSR1 (SLURM's warning before a pre-emption) and Ctrl-C set a flag: the run
+    checkpoints after the step it reads it in, and exits; a second Ctrl-C stops at once."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
     def __init__(self):
         self.signum = 0
-        self.previous = {s: signal.signal(s, self.handle) for s in self.SIGNALS}
+        self.previous = {signum: signal.signal(signum, self.handle) for signum in self.SIGNALS}
 
     def handle(self, signum, frame):
         if self.signum == signal.SIGINT == signum:
@@ -49,12 +51,13 @@ class Stop:
         self.signum = signum
 
     def restore(self):
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
 
 
 def cli(main, argv):
-    """Run main(argv) and return its exit status: an error's one line on stderr (2, 1), 128 + a signal; no traceback."""
+    """Run main(argv) and return its exit status: an error's one line on stderr (2, 1), or 128 + a
+    signal; no traceback."""
     try:
         main(argv)
     except (ConfigError, TrainingError) as e:
@@ -66,15 +69,18 @@ def cli(main, argv):
 
 
 def format_time(seconds):
-    m, s = divmod(int(seconds), 60)
-    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
+    minutes, seconds = divmod(int(seconds), 60)
+    if minutes >= 60:
+        return f"{minutes // 60}h{minutes % 60:02d}m"
+    return f"{minutes}m{seconds:02d}s"
 
 
-# ----------------------------------------------------------------------------- configuration
+# ----------------------------------------------------------------------------------- configuration
 
 def defaults_of(namespace):
     """The plain values (int, float, str, bool) of a script's globals: its options."""
-    return {k: v for k, v in namespace.items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
+    return {k: v for k, v in namespace.items()
+            if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
 
 
 def rule_that(holds, problem):
@@ -91,54 +97,68 @@ class OneOf(tuple):
     """A rule: the value must be one of these (of any type: compile takes 'auto', True or False)."""
 
     def __call__(self, value):
-        return None if value in self else "valid: " + ", ".join(repr(v) if v == "" else str(v) for v in self)
+        if value in self:
+            return None
+        return "valid: " + ", ".join(repr(v) if v == "" else str(v) for v in self)
 
 
 def split_list(text, name, rule):
-    """The items of a comma-list option, each held to rule (OneOf or rule_that): the first that breaks it is named."""
+    """The items of a comma-list option, each held to rule (OneOf or rule_that): the first that
+    breaks it is named."""
     items = [item.strip() for item in text.split(",")]
     for item in items:
-        if problem := rule(item):
+        problem = rule(item)
+        if problem:
             raise ConfigError(f"unknown {name} {item!r}; {problem}")
     return items
 
 
 def parse_literal(key, text, default, rule):
-    """--key=text's value: a string option keeps the text (unless it names a non-string choice), else a literal."""
+    """--key=text's value: a string option keeps the text (unless it names a non-string choice),
+    else a literal."""
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
         value = None
-    if isinstance(default, str) and not (isinstance(rule, OneOf) and value in rule and value not in ("", None)):
+    names_a_choice = isinstance(rule, OneOf) and value in rule and value not in ("", None)
+    if isinstance(default, str) and not names_a_choice:
         return text
     if value is None:
-        raise ConfigError(f"--{key}={text}: expected a {type(default).__name__}, like --{key}={default!r}")
+        raise ConfigError(f"--{key}={text}: expected a {type(default).__name__}, "
+                          f"like --{key}={default!r}")
     return value
 
 
 def check(key, value, defaults, rules, source):
     """value for option key, type-checked against its default and held to its rule."""
     if key not in defaults:
-        raise ConfigError(f"unknown option {key!r} in {source}; valid: {', '.join(sorted(defaults))}")
-    default, rule = defaults[key], rules.get(key)
+        raise ConfigError(f"unknown option {key!r} in {source}; "
+                          f"valid: {', '.join(sorted(defaults))}")
+    default = defaults[key]
+    rule = rules.get(key)
     if isinstance(default, float) and type(value) is int:
         value = float(value)
     if not (isinstance(rule, OneOf) and value in rule) and type(value) is not type(default):
-        raise ConfigError(f"{key}={value!r} in {source}: expected a {type(default).__name__}, like {default!r}")
-    if rule and (problem := rule(value)):
+        raise ConfigError(f"{key}={value!r} in {source}: expected a {type(default).__name__}, "
+                          f"like {default!r}")
+    problem = rule and rule(value)
+    if problem:
         raise ConfigError(f"{key}={value!r} in {source}: {problem}")
     return value
 
 
 def configure(defaults, argv, rules=None, files=True):
-    """The options: defaults, then config files (Python, run as code as in nanoGPT: use files you trust) and --key=value
-    overrides (a bare --flag turns a bool on), in order. Unknown keys, wrong types, broken rules: ConfigErrors."""
-    rules, config = rules or {}, dict(defaults)
+    """The options: defaults, then config files (Python, run as code as in nanoGPT: use files you
+    trust) and --key=value overrides (a bare --flag turns a bool on), in order. Unknown keys, wrong
+    types, broken rules: ConfigErrors."""
+    rules = rules or {}
+    config = dict(defaults)
     for arg in argv:
         if arg.startswith("--"):
             key, eq, text = arg[2:].partition("=")
             if key not in defaults:
-                raise ConfigError(f"unknown option --{key}; valid: {', '.join('--' + k for k in sorted(defaults))}")
+                raise ConfigError(f"unknown option --{key}; "
+                                  f"valid: {', '.join('--' + k for k in sorted(defaults))}")
             if not eq and not isinstance(defaults[key], bool):
                 raise ConfigError(f"--{key} needs a value: --{key}=...")
             value = parse_literal(key, text if eq else "True", defaults[key], rules.get(key))
@@ -150,28 +170,35 @@ def configure(defaults, argv, rules=None, files=True):
             except Exception as e:
                 raise ConfigError(f"config file {arg} failed: {type(e).__name__}: {e}") from None
             for key, value in namespace.items():
-                if not key.startswith("_") and not callable(value) and not hasattr(value, "__file__"):
-                    config[key] = check(key, value, defaults, rules, arg)
+                # Options only: no private names, functions, classes or modules.
+                if key.startswith("_") or callable(value) or hasattr(value, "__file__"):
+                    continue
+                config[key] = check(key, value, defaults, rules, arg)
         else:
-            raise ConfigError(f"config file not found: {arg} (options are written --key=value)" if files else
+            raise ConfigError(f"config file not found: {arg} (options are written --key=value)"
+                              if files else
                               f"unexpected argument {arg!r}; options are written --key=value")
     return config
 
 
-# ----------------------------------------------------------------------------- device, dtype, processes
+# ------------------------------------------------------------------------ device, dtype, processes
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # no float16: the residual stream could overflow
+# No float16: the residual stream could overflow it.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass
 class Env:
-    """Where this process computes: its device and autocast dtype, and its place among torchrun's processes."""
+    """Where this process computes: its device and autocast dtype, and its place among torchrun's
+    processes."""
     device: torch.device = torch.device("cpu")
     dtype: torch.dtype = torch.float32
     rank: int = 0
     world_size: int = 1
     ddp: bool = False
-    control: object = None  # under nccl, a gloo group on the host: agreeing on a flag costs no GPU sync
+    # Under nccl, a gloo group whose collectives run on the CPU: agreeing on a flag then costs no
+    # GPU sync.
+    control: object = None
 
     @property
     def device_type(self):
@@ -182,7 +209,9 @@ class Env:
         return self.rank == 0
 
     def autocast(self):
-        return nullcontext() if self.dtype == torch.float32 else torch.autocast(self.device_type, dtype=self.dtype)
+        if self.dtype == torch.float32:
+            return nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
 
     def print(self, *args, **kwargs):
         if self.master:
@@ -190,12 +219,16 @@ class Env:
 
     def describe(self):
         """The hardware behind a measurement: processes, device name, dtype, torch version."""
-        name = torch.cuda.get_device_name(self.device) if self.device_type == "cuda" else \
-            f"{self.device_type} ({torch.get_num_threads()} thread{'s' * (torch.get_num_threads() > 1)})"
-        return f"{self.world_size} x {name}, {str(self.dtype).removeprefix('torch.')}, torch {torch.__version__}"
+        threads = torch.get_num_threads()
+        name = f"{self.device_type} ({threads} thread{'s' * (threads > 1)})"
+        if self.device_type == "cuda":
+            name = torch.cuda.get_device_name(self.device)
+        return (f"{self.world_size} x {name}, {str(self.dtype).removeprefix('torch.')}, "
+                f"torch {torch.__version__}")
 
     def to_device(self, *tensors):
-        cuda = self.device_type == "cuda"  # from pinned memory, the copy overlaps the GPU's work
+        # From pinned memory, the copy to a GPU overlaps the GPU's work.
+        cuda = self.device_type == "cuda"
         return [(t.pin_memory() if cuda else t).to(self.device, non_blocking=cuda) for t in tensors]
 
     def all_reduce(self, tensor):
@@ -204,104 +237,133 @@ class Env:
         return tensor
 
     def agree(self, values):
-        """Every process's integers summed by a host-side collective started now: the returned wait() reads them (a
-        step later: the device runs on meanwhile), alike at every process."""
-        t = torch.tensor(values, dtype=torch.int64)
-        work = dist.all_reduce(t, group=self.control, async_op=True) if self.ddp else None
-        return types.SimpleNamespace(wait=lambda: (work and work.wait(), t.tolist())[1])
+        """Every process's integers summed by a collective on the CPU, started now: the returned
+        wait() reads them (a step later: the device runs on meanwhile), alike at every process."""
+        summed = torch.tensor(values, dtype=torch.int64)
+        work = dist.all_reduce(summed, group=self.control, async_op=True) if self.ddp else None
+
+        def wait():
+            if work:
+                work.wait()
+            return summed.tolist()
+        return types.SimpleNamespace(wait=wait)
 
     def from_master(self, value):
         """The master process's value (a float) at every process; the others' are not read."""
-        t = torch.tensor([float(value)], dtype=torch.float64)
-        return dist.broadcast(t, 0, group=self.control) or t.item() if self.ddp else value
-
-    def agree_max(self, value):
-        """The largest of every process's integer value (a host-side collective)."""
         if not self.ddp:
             return value
-        t = torch.tensor([value], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.control)
-        return int(t.item())
+        sent = torch.tensor([float(value)], dtype=torch.float64)
+        dist.broadcast(sent, 0, group=self.control)
+        return sent.item()
+
+    def agree_max(self, value):
+        """The largest of every process's integer value (a collective on the CPU)."""
+        if not self.ddp:
+            return value
+        largest = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=self.control)
+        return int(largest.item())
 
     def check_same(self, values, what):
-        """Under DDP every process must hold the same values: each one's digest of them must be the largest."""
+        """Under DDP every process must hold the same values: each one's digest of them must be the
+        largest."""
         mine = int.from_bytes(hashlib.sha256(repr(values).encode()).digest()[:7], "little")
         if self.agree_max(int(self.agree_max(mine) != mine)):
-            raise TrainingError(f"rank {self.rank}: {what} differ between processes; every rank must run the same "
-                                f"code with the same seed")
+            raise TrainingError(f"rank {self.rank}: {what} differ between processes; every rank "
+                                f"must run the same code with the same seed")
 
 
 def pick_device(name, local_rank=0, ddp=False):
-    """torch.device for 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; a CUDA device always has an index (set_device's)."""
+    """torch.device for 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; a CUDA device always has an index
+    (set_device's)."""
+    has_cuda = torch.cuda.is_available()
+    has_mps = torch.backends.mps.is_available()
     if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+        name = "mps" if has_mps else "cpu"
+        if has_cuda:
+            name = "cuda"
     try:
         device = torch.device(name)
     except RuntimeError:
         device = None
     if device is None or device.type not in ("cpu", "cuda", "mps"):
         raise ConfigError(f"unknown device {name!r}; valid: auto, cpu, cuda, cuda:N, mps")
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device={name} but CUDA is not available here; valid: cpu"
-                              + (", mps" if torch.backends.mps.is_available() else ""))
-        if device.index is None:  # cuda:LOCAL_RANK, or the one GPU visible (a launcher gave each task its own)
-            device = torch.device("cuda", local_rank if torch.cuda.device_count() > 1 else 0)
-        elif ddp:
-            raise ConfigError(f"device={name} under torchrun: every process needs its own GPU; use device=cuda "
-                              f"(process k takes cuda:LOCAL_RANK)")
-        if device.index >= (count := torch.cuda.device_count()):
-            raise ConfigError(f"device={device} but this machine has {count} GPU(s); valid: cuda:0 .. cuda:{count - 1}")
-        torch.cuda.set_device(device)
-    elif device.type == "mps" and not torch.backends.mps.is_available():
+    if device.type == "mps" and not has_mps:
         raise ConfigError(f"device={name} but MPS is not available here; valid: cpu")
+    if device.type != "cuda":
+        return device
+    if not has_cuda:
+        valid = "cpu, mps" if has_mps else "cpu"
+        raise ConfigError(f"device={name} but CUDA is not available here; valid: {valid}")
+    count = torch.cuda.device_count()
+    if device.index is None:
+        # cuda:LOCAL_RANK, or the one GPU visible (a launcher gave each task its own)
+        device = torch.device("cuda", local_rank if count > 1 else 0)
+    elif ddp:
+        raise ConfigError(f"device={name} under torchrun: every process needs its own GPU; use "
+                          f"device=cuda (process k takes cuda:LOCAL_RANK)")
+    if device.index >= count:
+        raise ConfigError(f"device={device} but this machine has {count} GPU(s); valid: cuda:0 .. "
+                          f"cuda:{count - 1}")
+    torch.cuda.set_device(device)
     return device
 
 
 def pick_dtype(name, device):
     """The autocast dtype: 'auto' is bfloat16 on a CUDA GPU that has it, else float32."""
+    cuda = device.type == "cuda"
     if name == "auto":
-        name = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+        name = "bfloat16" if cuda and torch.cuda.is_bf16_supported() else "float32"
     if name not in DTYPES:
         raise ConfigError(f"unknown dtype {name!r}; valid: auto, {', '.join(DTYPES)}")
-    if name == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ConfigError(f"dtype=bfloat16 is not supported by {torch.cuda.get_device_name(device)}; valid: float32")
+    if name == "bfloat16" and cuda and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"dtype=bfloat16 is not supported by "
+                          f"{torch.cuda.get_device_name(device)}; valid: float32")
     return DTYPES[name]
 
 
 def setup(device="auto", dtype="auto"):
-    """The Env of this process: alone, or one of torchrun's (RANK set) in their group (nccl on CUDA, else gloo)."""
-    ddp, rank, world_size = "RANK" in os.environ, int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    """The Env of this process: alone, or one of torchrun's (RANK set) in their group (nccl on CUDA,
+    else gloo)."""
+    ddp = "RANK" in os.environ
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
     dev = pick_device(device, int(os.environ.get("LOCAL_RANK", 0)), ddp)
     env = Env(dev, pick_dtype(dtype, dev), rank, world_size, ddp)
-    if dev.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # float32 on the tensor cores
+    cuda = dev.type == "cuda"
+    if cuda:
+        # float32 matmuls on the tensor cores (TF32)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if ddp:
-        backend = "nccl" if dev.type == "cuda" else "gloo"
-        timeout = datetime.timedelta(minutes=10)  # a rank that dies ends the others' waits, not hangs them
-        dist.init_process_group(backend, timeout=timeout, device_id=dev if dev.type == "cuda" else None)
-        if backend == "nccl":
+        # A rank that dies ends the others' waits after this, rather than hang them.
+        timeout = datetime.timedelta(minutes=10)
+        backend = "nccl" if cuda else "gloo"
+        dist.init_process_group(backend, timeout=timeout, device_id=dev if cuda else None)
+        if cuda:
             env.control = dist.new_group(backend="gloo", timeout=timeout)
     return env
 
 
 def teardown(env):
-    """Destroy the process groups while Python is still alive: a gloo group whose last reference (a DDP wrapper in
-    a reference cycle, env.control) is freed during interpreter shutdown can abort the process on exit."""
+    """Destroy the process groups while Python is still alive: a gloo group whose last reference
+    (a DDP wrapper in a reference cycle, env.control) is freed during interpreter shutdown can abort
+    the process on exit."""
     if env.ddp and dist.is_initialized():
         env.control = None
         gc.collect()
         dist.destroy_process_group()
 
 
-# ----------------------------------------------------------------------------- peak FLOP/s
+# ------------------------------------------------------------------------------------- peak FLOP/s
 
-# dense tensor-core peak TFLOP/s (bf16/fp16, tf32) by device name; the first substring that matches wins
+# Dense tensor-core peak TFLOP/s (bf16/fp16, then tf32) by device name; the first substring that
+# matches wins.
 GPU_PEAK_TFLOPS = [
-    ("H100 PCIe", 756, 378), ("H100 NVL", 835, 418), ("H100", 989, 494), ("GH200", 989, 494), ("H200 NVL", 835, 418),
-    ("H200", 989, 494), ("H800", 989, 494), ("B200", 2250, 1100), ("A100", 312, 156), ("A800", 312, 156),
-    ("L40S", 362, 183), ("L40", 181, 90.5), ("L4", 121, 60), ("A10", 125, 62.5), ("RTX 4090", 165, 82.6),
-    ("RTX 3090", 71, 35.6), ("V100", 125, 15.7), ("T4", 65, 8.1)]
+    ("H100 PCIe", 756, 378), ("H100 NVL", 835, 418), ("H100", 989, 494), ("GH200", 989, 494),
+    ("H200 NVL", 835, 418), ("H200", 989, 494), ("H800", 989, 494), ("B200", 2250, 1100),
+    ("A100", 312, 156), ("A800", 312, 156), ("L40S", 362, 183), ("L40", 181, 90.5), ("L4", 121, 60),
+    ("A10", 125, 62.5), ("RTX 4090", 165, 82.6), ("RTX 3090", 71, 35.6), ("V100", 125, 15.7),
+    ("T4", 65, 8.1)]
 
 
 def synchronize(device):
@@ -310,9 +372,11 @@ def synchronize(device):
         getattr(torch, device.type).synchronize()
 
 
-@functools.cache  # once per process, device and dtype
+# measured once per process, device and dtype
+@functools.cache
 def measure_matmul(device, dtype, n=1024, seconds=1.0):
-    """A matmul's rate through the linear layers' kernel: the best mean over groups of n^3 products of ~0.1 s."""
+    """A matmul's rate through the linear layers' kernel: the best mean over groups of n^3 products
+    of ~0.1 s."""
     a, b, out = torch.randn(3, n, n, device=device).to(dtype).unbind()
 
     def mean_time(calls):
@@ -324,7 +388,8 @@ def measure_matmul(device, dtype, n=1024, seconds=1.0):
         return (time.perf_counter() - t0) / calls
 
     mean_time(1)  # warm-up
-    calls, start = max(1, round(0.1 / mean_time(1))), time.perf_counter()
+    calls = max(1, round(0.1 / mean_time(1)))
+    start = time.perf_counter()
     best = mean_time(calls)
     while time.perf_counter() - start < seconds:
         best = min(best, mean_time(calls))
@@ -332,7 +397,8 @@ def measure_matmul(device, dtype, n=1024, seconds=1.0):
 
 
 def peak_flops(device, dtype=torch.float32):
-    """Peak matmul FLOP/s in dtype: a known GPU's datasheet (float32 means TF32), measured on a CPU, else None."""
+    """Peak matmul FLOP/s in dtype: a known GPU's datasheet (float32 means TF32), measured on a CPU,
+    else None."""
     device = torch.device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -342,46 +408,60 @@ def peak_flops(device, dtype=torch.float32):
     return measure_matmul(device, dtype) if device.type == "cpu" else None
 
 
-# ----------------------------------------------------------------------------- checkpoints
+# ------------------------------------------------------------------------------------- checkpoints
 
 CKPT_KEYS = ("model", "model_args", "config")
 
 
 def load_checkpoint(path, device="cpu"):
-    """A train.py checkpoint, read with weights_only (it runs no code); anything else is a one-line ConfigError."""
+    """A train.py checkpoint, read with weights_only (it runs no code); anything else is a one-line
+    ConfigError."""
     if not os.path.isfile(path):
         folder = os.path.dirname(path) or "."
-        runs = sorted(d for d in os.listdir(folder) if os.path.isfile(os.path.join(folder, d, "ckpt.pt"))) \
-            if os.path.isdir(folder) else []
-        raise ConfigError(f"no checkpoint at {path}" + (f"; runs inside: {', '.join(runs)}" if runs else ""))
+        runs = []
+        if os.path.isdir(folder):
+            runs = sorted(run for run in os.listdir(folder)
+                          if os.path.isfile(os.path.join(folder, run, "ckpt.pt")))
+        listing = f"; runs inside: {', '.join(runs)}" if runs else ""
+        raise ConfigError(f"no checkpoint at {path}{listing}")
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:
         reason = (str(e).strip().splitlines() or [""])[0][:120]
-        raise ConfigError(f"{path} is not a readable checkpoint ({type(e).__name__}: {reason})") from None
-    if missing := [k for k in CKPT_KEYS if k not in ckpt] if isinstance(ckpt, dict) else list(CKPT_KEYS):
+        raise ConfigError(f"{path} is not a readable checkpoint "
+                          f"({type(e).__name__}: {reason})") from None
+    missing = [k for k in CKPT_KEYS if not isinstance(ckpt, dict) or k not in ckpt]
+    if missing:
         raise ConfigError(f"{path} is not a mixit checkpoint (missing {', '.join(missing)})")
     return ckpt
 
 
 def fingerprint(model):
-    """Per layer, 16 entries of each head's fixed mixing matrix (or None): checkpoints keep these, not the matrices."""
-    return [b.attn.mixing[:, -1, :16].float().tolist() if b.attn.kind == "mixing" else None for b in model.blocks]
+    """Per layer, 16 entries of each head's fixed mixing matrix (or None): checkpoints keep these,
+    not the matrices."""
+    return [block.attn.mixing[:, -1, :16].float().tolist() if block.attn.kind == "mixing" else None
+            for block in model.blocks]
 
 
 def check_fingerprint(model, ckpt, path):
-    """The mixing matrices rebuilt from the seed must be those the checkpoint trained with (to bfloat16's precision:
-    another generator differs everywhere by the noise itself)."""
-    saved = ckpt.get("fingerprint") or []  # a layer it has no entry for has nothing to compare: refused
-    for layer, b in enumerate(fingerprint(model)):
-        a = saved[layer] if layer < len(saved) else None
-        if b is not None and not (a and torch.allclose(torch.tensor(a), torch.tensor(b), rtol=1e-2, atol=1e-4)):
-            raise ConfigError(f"{path}: the fixed mixing matrix of layer {layer} cannot be rebuilt here (its seed "
-                              f"gives other values): the checkpoint comes from another version of mixit")
+    """The mixing matrices rebuilt from the seed must be those the checkpoint trained with (to
+    bfloat16's precision: another generator differs everywhere by the noise itself)."""
+    # A layer the checkpoint has no entry for has nothing to compare against: refused.
+    saved = ckpt.get("fingerprint") or []
+    for layer, rebuilt in enumerate(fingerprint(model)):
+        kept = saved[layer] if layer < len(saved) else None
+        if rebuilt is None:
+            continue
+        if kept and torch.allclose(torch.tensor(kept), torch.tensor(rebuilt), rtol=1e-2, atol=1e-4):
+            continue
+        raise ConfigError(f"{path}: the fixed mixing matrix of layer {layer} cannot be rebuilt "
+                          f"here (its seed gives other values): the checkpoint comes from another "
+                          f"version of mixit")
 
 
 def load_weights(ckpt, path, build, optimizer=None):
-    """The model build() makes with the weights of ckpt (read from path), and optimizer with its state."""
+    """The model build() makes with the weights of ckpt (read from path), and optimizer with its
+    state."""
     try:
         model = build()
         check_fingerprint(model, ckpt, path)
@@ -389,12 +469,14 @@ def load_weights(ckpt, path, build, optimizer=None):
         if optimizer:
             optimizer.load_state_dict(ckpt["optimizer"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise ConfigError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+        raise ConfigError(f"{path} is damaged "
+                          f"({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
     return model
 
 
 def write_atomic(path, write):
-    """write(f) into path.tmp, fsync, then rename it to path: a kill mid-write leaves the last file intact."""
+    """write(f) into path.tmp, fsync, then rename it to path: a kill mid-write leaves the last file
+    intact."""
     with open(path + ".tmp", "wb") as f:
         write(f)
         f.flush()
@@ -408,13 +490,15 @@ def check_writable(out_dir):
         os.makedirs(out_dir, exist_ok=True)
         tempfile.TemporaryFile(dir=out_dir).close()
     except OSError as e:
-        raise ConfigError(f"out_dir={out_dir} is not writable ({e.strerror}); choose another --out_dir") from None
+        raise ConfigError(f"out_dir={out_dir} is not writable ({e.strerror}); "
+                          f"choose another --out_dir") from None
 
 
 def save_checkpoint(paths, model, optimizer, mconf, config, state):
-    """A checkpoint at each path, written atomically: no fixed mixing matrices (their fingerprint), only what
-    weights_only reads."""
-    ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "model_args": asdict(mconf),
-            "fingerprint": fingerprint(model), "config": config, **state}  # no RNG state: training draws none
+    """A checkpoint at each path, written atomically: no fixed mixing matrices (their fingerprint),
+    only what weights_only reads. No RNG state either: training draws none."""
+    ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "model_args": asdict(mconf), "fingerprint": fingerprint(model), "config": config,
+            **state}
     for path in paths:
         write_atomic(path, lambda f: torch.save(ckpt, f))
