@@ -1,13 +1,16 @@
 """
-Sample from a model trained by train.py, and look inside it.
+Sample from a model trained by train.py, and look inside it:
 
-  python sample.py --out_dir=out                          # a task: answers beside the truth; a corpus: text
+  python sample.py --out_dir=out   # a task: answers beside the truth; a corpus: text
   python sample.py --out_dir=out --start="FILE:prompt.txt" --num_samples=3 --max_new_tokens=500
-  python sample.py --out_dir=out --classify="a gripping, funny film"   # a classifier: label and probability
-  python sample.py --out_dir=out --attn_maps --induction  # attn_maps.png, induction scores, induction.png
-  python sample.py --propagation=32 --out_dir=out/propagation  # no checkpoint: signal propagation at init
-  python sample.py --express=init --out_dir=out/express   # no checkpoint: the patterns each variant's heads can form
-  python sample.py --express=ckpt --out_dir=out           # the same for each layer of a checkpoint, beside its init
+  python sample.py --out_dir=out --classify="a gripping, funny film"   # a label, its probability
+  python sample.py --out_dir=out --attn_maps --induction   # attn_maps.png; induction scores, .png
+  python sample.py --express=ckpt --out_dir=out   # the patterns each layer's heads form; at init
+
+Or look at models at init, with no checkpoint:
+
+  python sample.py --propagation=32 --out_dir=out/propagation   # signal propagation through depth
+  python sample.py --express=init --out_dir=out/express   # the patterns each variant's heads form
 
 --key=value values are Python literals of the default's type; a bare --flag turns a bool option on.
 """
@@ -18,81 +21,115 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from common import (ConfigError, Env, OneOf, check_writable, cli, configure, defaults_of, load_checkpoint,
-                    load_weights, non_negative, pick_device, positive)
-from data import (CORPUS_TASKS, TASKS, Tokenizer, encode_examples, evaluate, in_eval, induction_scores,
-                  make_task, named_patterns, pattern_residuals, read_meta, recall_scores, repeated_tokens)
+from common import (ConfigError, Env, OneOf, check_writable, cli, configure, defaults_of,
+                    load_checkpoint, load_weights, non_negative, pick_device, positive)
+from data import (CORPUS_TASKS, TASKS, Tokenizer, encode_examples, evaluate, in_eval,
+                  induction_scores, make_task, named_patterns, pattern_residuals, read_meta,
+                  recall_scores, repeated_tokens)
 from mixit import MixiT, MixiTConfig
 from report import plot_attention_maps, plot_express, plot_induction, plot_propagation
 
 # -----------------------------------------------------------------------------
-out_dir = "out"  # holds train.py's checkpoints
-checkpoint = "best"  # best (best.pt, the lowest val_loss; ckpt.pt before any eval) | latest (ckpt.pt)
-start = "\n"  # language models: the prompt, or FILE:path to read it from a file
-num_samples = 10  # language models: samples drawn; tasks and classifiers: evaluation examples shown
+# the folder of train.py's checkpoints
+out_dir = "out"
+# best: best.pt (the lowest val_loss), or ckpt.pt before any eval; latest: ckpt.pt
+checkpoint = "best"
+# language models: the prompt, or FILE:path to read it from a file
+start = "\n"
+# language models: the samples drawn; tasks and classifiers: the evaluation examples shown
+num_samples = 10
 max_new_tokens = 200
-temperature = 0.8  # 1.0 samples the model's distribution, lower is more conservative
-top_k = 200  # sample among the top_k most likely tokens only; 0 keeps all, 1 is greedy
+# 1.0 samples the model's distribution; lower is more conservative
+temperature = 0.8
+# sample among the top_k most likely tokens only; 0 keeps all, 1 is greedy
+top_k = 200
 seed = 1337
-device = "auto"  # auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps
-use_cache = True  # generate with the KV cache (values only for mixing): same tokens, faster
-attn_maps = False  # save out_dir/attn_maps.png: every layer's and head's attention on one input
-induction = False  # print induction-head and in-context-learning scores, save out_dir/induction.png
-classify = ""  # classifiers: the text to label
-data_dir = ""  # the folder of prepared corpora; '' takes the checkpoint's
-bpe_dir = ""  # a folder with gpt2.tiktoken (GPT-2 BPE offline); '' takes MIXIT_BPE_DIR
-propagation = 0  # > 0: no checkpoint; how tokens' residual streams drift together at init, up to this depth
-propagation_width = 128  # the width of those models (4 heads, 64 tokens), measured over seeds 0, 1, 2
-express = ""  # init: which patterns each variant's heads can form at init (no checkpoint); ckpt: out_dir's model's
+# auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps
+device = "auto"
+# generate with the KV cache (of values only, for mixing): the same tokens, faster
+use_cache = True
+# save out_dir/attn_maps.png: every layer's and head's attention on one input
+attn_maps = False
+# print induction-head and in-context-learning scores, save out_dir/induction.png
+induction = False
+# classifiers: the text to label
+classify = ""
+# the folder of prepared corpora; '' takes the checkpoint's
+data_dir = ""
+# a folder with gpt2.tiktoken (GPT-2 BPE offline); '' takes MIXIT_BPE_DIR
+bpe_dir = ""
+# > 0: with no checkpoint, how tokens' residual streams drift together at init, up to this depth
+propagation = 0
+# the width of those models (4 heads, 64 tokens), measured over seeds 0, 1 and 2
+propagation_width = 128
+# init: which patterns each variant's heads can form at init (no checkpoint); ckpt: the same for
+# out_dir's model
+express = ""
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
-RULES = {"num_samples": positive, "temperature": positive, "max_new_tokens": non_negative, "top_k": non_negative,
-         "propagation": non_negative, "propagation_width": positive, "express": OneOf(("", "init", "ckpt")),
-         "checkpoint": OneOf(("best", "latest"))}
+RULES = {"num_samples": positive, "temperature": positive, "max_new_tokens": non_negative,
+         "top_k": non_negative, "propagation": non_negative, "propagation_width": positive,
+         "express": OneOf(("", "init", "ckpt")), "checkpoint": OneOf(("best", "latest"))}
 
 
 # ----------------------------------------------------------------------------- what sample.py shows
 
+def first_rows(model, task, config, n):
+    """(n, T): the task's first n evaluation rows, or n random segments each with its repeat."""
+    if task:
+        return next(task.eval_batches(task.val_split, n))[0]
+    return repeated_tokens(model.config, n, seed=config["seed"])
+
+
 def show_attention_maps(model, task, config, name, dev):
-    """out_dir/attn_maps.png on the task's first evaluation example, else on a repeated random segment."""
-    idx = next(task.eval_batches(task.val_split, 1))[0] if task else \
-        repeated_tokens(model.config, 1, seed=config["seed"])
+    """out_dir/attn_maps.png on the task's first evaluation example, else on a repeated random
+    segment."""
+    idx = first_rows(model, task, config, 1)
     what = "its first evaluation example" if task else "a random segment and its repeat"
-    words = [(task.token_str if task else str)(int(t)) for t in idx[0]]
+    token_str = task.token_str if task else str
+    words = [token_str(int(t)) for t in idx[0]]
     maps = model.attention_maps(idx.to(dev))[:, 0].float().cpu().numpy()  # (L, H, t, t)
-    kind = "fixed mixing matrices" if model.config.attn == "mixing" else "attention"  # a hybrid: per layer
-    plot_attention_maps(maps, words if len(words) <= 40 else None, os.path.join(config["out_dir"], "attn_maps.png"),
+    # a hybrid (mixing in some layers only) is titled attention
+    kind = "fixed mixing matrices" if model.config.attn == "mixing" else "attention"
+    plot_attention_maps(maps, words if len(words) <= 40 else None,
+                        os.path.join(config["out_dir"], "attn_maps.png"),
                         f"{name} ({model.config.attn}): {kind} on {what}")
 
 
 def show_induction(model, task, config, name, dev):
-    """Per-head induction scores (recall tasks: recall_scores) and the best head, printed; out_dir/induction.png."""
+    """Per-head induction scores (recall tasks: recall_scores) and the best head, printed;
+    out_dir/induction.png."""
     if task is not None and task.probe == "recall":
-        scores, what = recall_scores(model, task), "weight from each question to the value after its key"
+        scores = recall_scores(model, task)
+        what = "weight from each question to the value after its key"
     else:
-        scores, what = induction_scores(model, seed=config["seed"]), \
-            "weight from each repeated token to the one after its first copy"
-    L, H = scores.shape
+        scores = induction_scores(model, seed=config["seed"])
+        what = "weight from each repeated token to the one after its first copy"
+    n_layer, n_head = scores.shape
     print(f"induction score per head ({what}; 1 = ideal):")
-    print("         " + "".join(f"{f'head {h}':>8}" for h in range(H)))
-    for l in range(L):
-        print(f"layer {l:<3}" + "".join(f"{v:8.3f}" for v in scores[l].tolist()))
+    print("         " + "".join(f"{f'head {head}':>8}" for head in range(n_head)))
+    for layer in range(n_layer):
+        print(f"layer {layer:<3}" + "".join(f"{v:8.3f}" for v in scores[layer].tolist()))
     best = int(scores.argmax())
-    print(f"best: layer {best // H}, head {best % H} ({scores.flatten()[best]:.3f})")
+    print(f"best: layer {best // n_head}, head {best % n_head} ({scores.flatten()[best]:.3f})")
     plot_induction(scores.numpy(), os.path.join(config["out_dir"], "induction.png"),
                    f"{name} ({model.config.attn}): induction scores")
 
 
 def show_answers(model, task, config, dev):
-    """Greedy answers beside the truth for the first evaluation examples of an algorithmic task, each run of consecutive
-    scored positions decoded from the true tokens before it (MQAR's queries are given)."""
+    """Greedy answers beside the truth for the first evaluation examples of an algorithmic task,
+    each run of consecutive scored positions decoded from the true tokens before it (MQAR's queries
+    are given)."""
     x, y = next(task.eval_batches(task.val_split, config["num_samples"]))
     for xi, yi in zip(x.numpy(), y.numpy()):
-        scored, pred = np.flatnonzero(yi >= 0), np.full_like(yi, -1)
-        for first, last in zip(scored[np.r_[True, np.diff(scored) > 1]], scored[np.r_[np.diff(scored) > 1, True]]):
+        scored = np.flatnonzero(yi >= 0)
+        # pred[p]: the token the model puts after position p
+        pred = np.full_like(yi, -1)
+        breaks = np.diff(scored) > 1
+        for first, last in zip(scored[np.r_[True, breaks]], scored[np.r_[breaks, True]]):
             prompt = torch.from_numpy(xi[:first + 1])[None].to(dev)  # (1, first+1)
             out = model.generate(prompt, last - first + 1, top_k=1, use_cache=config["use_cache"])
-            pred[first:last + 1] = out[0, first + 1:].cpu().numpy()  # pred[p]: the token after position p
+            pred[first:last + 1] = out[0, first + 1:].cpu().numpy()
         print(task.show(xi, yi, pred))
 
 
@@ -107,25 +144,30 @@ def show_samples(model, tok, config, dev):
             raise ConfigError(f"--start={start}: cannot read the file ({e.strerror})") from None
     x = torch.tensor(tok.encode(start) or [tok.eot], dtype=torch.long, device=dev)[None]
     for _ in range(config["num_samples"]):
-        y = model.generate(x, config["max_new_tokens"], config["temperature"], config["top_k"] or None, config["use_cache"])
+        y = model.generate(x, config["max_new_tokens"], config["temperature"],
+                           config["top_k"] or None, config["use_cache"])
         print(tok.decode(y[0].tolist()))
         print("---------------")
 
 
 def show_classes(model, task, tok, labels, config, dev):
-    """The label of --classify, or predictions beside the truth for the first evaluation examples."""
+    """The label of --classify, or predictions beside the truth for the first evaluation
+    examples."""
     if config["classify"]:
-        x, keep = encode_examples(tok, [config["classify"]], model.config.block_size)  # truncated, padded
+        # truncated to the block, padded
+        x, keep = encode_examples(tok, [config["classify"]], model.config.block_size)
         if not keep[0]:
             raise ConfigError("--classify: the text has no tokens")
-        probs = F.softmax(model(torch.from_numpy(x.astype(np.int64)).to(dev))[0].float(), -1)[0]  # (n_classes,)
+        logits = model(torch.from_numpy(x.astype(np.int64)).to(dev))[0]
+        probs = F.softmax(logits.float(), -1)[0]  # (n_classes,)
         print(f"{labels[int(probs.argmax())]} (p={probs.max().item():.3f})")
         return
     x, y = next(task.eval_batches(task.val_split, config["num_samples"]))
     probs = F.softmax(model(x.to(dev))[0].float(), -1).cpu()  # (n, n_classes)
     for xi, yi, p in zip(x, y, probs):
         text = tok.decode(xi.tolist()).replace("\n", " ")
-        print(f"{text[:60]!r:<64} truth: {labels[int(yi)]:>9}   model: {labels[int(p.argmax())]:>9} (p={p.max():.2f})")
+        print(f"{text[:60]!r:<64} truth: {labels[int(yi)]:>9}   "
+              f"model: {labels[int(p.argmax())]:>9} (p={p.max():.2f})")
     print(f"accuracy: {(probs.argmax(-1) == y).float().mean():.1%} over {len(y)} examples")
 
 
@@ -136,22 +178,27 @@ def show_corpus(model, name, config, train_config, dev):
     tok = Tokenizer(meta["tokenizer"], config["bpe_dir"] or None)
     if not model.config.n_classes:
         return show_samples(model, tok, config, dev)
-    task = make_task(name, model.config.block_size, data_dir, 1, train_config.get("eval_split", "val"))
+    task = make_task(name, model.config.block_size, data_dir, 1,
+                     train_config.get("eval_split", "val"))
     show_classes(model, task, tok, meta["labels"], config, dev)
 
 
 def show(config):
-    """What the checkpoint in out_dir holds: answers, text or labels; or its attention maps and induction scores."""
+    """What the checkpoint in out_dir holds: answers, text or labels; or its attention maps and
+    induction scores."""
     dev = pick_device(config["device"])
-    best, latest = (os.path.join(config["out_dir"], file) for file in ("best.pt", "ckpt.pt"))
+    best = os.path.join(config["out_dir"], "best.pt")
+    latest = os.path.join(config["out_dir"], "ckpt.pt")
     path = best if config["checkpoint"] == "best" and os.path.isfile(best) else latest
     ckpt = load_checkpoint(path, dev)
     model = load_weights(ckpt, path, lambda: MixiT(MixiTConfig(**ckpt["model_args"]), dev)).eval()
     torch.manual_seed(config["seed"])
     name = ckpt["config"]["task"]
-    corpus = name in CORPUS_TASKS or name.partition("_")[0] not in TASKS  # a prepared folder
+    # a prepared folder: a corpus, or a name that is no algorithmic task's
+    corpus = name in CORPUS_TASKS or name.partition("_")[0] not in TASKS
     if config["classify"] and not model.config.n_classes:
-        raise ConfigError(f"--classify needs a classifier; {config['out_dir']} holds a language model of {name}")
+        raise ConfigError(f"--classify needs a classifier; {config['out_dir']} holds a language "
+                          f"model of {name}")
     task = None if corpus else make_task(name)  # built once: its test set
     if config["attn_maps"]:
         show_attention_maps(model, task, config, name, dev)
@@ -164,95 +211,126 @@ def show(config):
     if corpus:
         return show_corpus(model, name, config, ckpt["config"], dev)
     show_answers(model, task, config, dev)
-    val = evaluate(model, task, task.val_split, 500, Env(dev))  # as train.py scores its evaluation split
-    print(f"{path}, the {task.val_split} split, each answer token from the true ones before it (train.py's val_acc, "
-          f"val_exact): {val['acc']:.4f} of the answer tokens right, {val['exact']:.4f} of the examples entirely")
+    # scored as train.py scores its evaluation split
+    val = evaluate(model, task, task.val_split, 500, Env(dev))
+    print(f"{path}, the {task.val_split} split, each answer token from the true ones before it "
+          f"(train.py's val_acc, val_exact): {val['acc']:.4f} of the answer tokens right, "
+          f"{val['exact']:.4f} of the examples entirely")
 
 
-# ----------------------------------------------------------------------------- signal propagation at init
+# ----------------------------------------------------------------------- signal propagation at init
 
 def token_stats(x):
-    """The mean covariance (x_i . x_j / C) and cosine similarity of distinct tokens' residual streams x (B, t, C)."""
-    off = ~torch.eye(x.size(1), dtype=torch.bool)
-    cov = (x @ x.transpose(1, 2) / x.size(-1))[:, off]
+    """The mean covariance (x_i . x_j / C) and cosine similarity of distinct tokens' residual
+    streams x (B, t, C)."""
+    distinct = ~torch.eye(x.size(1), dtype=torch.bool)
+    cov = (x @ x.transpose(1, 2) / x.size(-1))[:, distinct]
     unit = F.normalize(x, dim=-1)
-    return cov.mean().item(), (unit @ unit.transpose(1, 2))[:, off].mean().item()
+    return cov.mean().item(), (unit @ unit.transpose(1, 2))[:, distinct].mean().item()
 
 
-def unshape(block, g):
-    """A MixiT block unshaped: its fixed matrix plain random attention (a softmax of random scores), plain residuals."""
-    P = block.attn.mixing  # the stored matrix is A - I
-    scores = torch.randn(P.shape, generator=g).masked_fill(torch.ones(P.shape[1:]).triu(1).bool(), -torch.inf)
-    P.copy_(scores.softmax(-1) - torch.eye(P.size(-1)))
+def unshape(block, generator):
+    """A MixiT block unshaped: its fixed matrix plain random attention (a softmax of random
+    scores), plain residuals."""
+    mixing = block.attn.mixing  # the stored matrix is A - I
+    future = torch.ones(mixing.shape[1:]).triu(1).bool()
+    scores = torch.randn(mixing.shape, generator=generator).masked_fill(future, -torch.inf)
+    mixing.copy_(scores.softmax(-1) - torch.eye(mixing.size(-1)))
     block.s = block.r = 1.0
 
 
-NETWORKS = {"MixiT": ("mixing", None), "MixiT without shaping": ("mixing", unshape),  # an edit of every block
-            "MixiT without its sink head": ("mixing", lambda block, g: block.attn.mixing[0].zero_()),  # head 0: I
-            "random transformer": ("softmax", None)}
+# Each network's attention, and an edit made to every block of it (or None).
+NETWORKS = {
+    "MixiT": ("mixing", None),
+    "MixiT without shaping": ("mixing", unshape),
+    # head 0, the sink, made the identity (the stored matrix is A - I)
+    "MixiT without its sink head": ("mixing", lambda block, g: block.attn.mixing[0].zero_()),
+    "random transformer": ("softmax", None)}
 
 
 def propagation_curves(depth, width, seed):
-    """{network: (depth+1, 2)} covariance and similarity after the embedding and after every layer, at init."""
+    """{network: (depth+1, 2)} covariance and similarity after the embedding and after every layer,
+    at init."""
     idx = torch.randint(0, 64, (16, 64), generator=torch.Generator().manual_seed(seed))
     curves = {}
     for name, (attn, edit) in NETWORKS.items():
-        model = MixiT(MixiTConfig(vocab_size=64, block_size=64, n_layer=depth, n_embd=width, attn=attn, seed=seed))
-        g = torch.Generator().manual_seed(seed)  # one stream through the blocks
-        for block in model.blocks if edit else ():
-            edit(block, g)
-        x, stats = model.embed(idx), []
-        for block in [None, *model.blocks]:
-            x = x if block is None else block(x)
+        model = MixiT(MixiTConfig(vocab_size=64, block_size=64, n_layer=depth, n_embd=width,
+                                  attn=attn, seed=seed))
+        if edit:
+            # one random stream through all the blocks
+            generator = torch.Generator().manual_seed(seed)
+            for block in model.blocks:
+                edit(block, generator)
+        x = model.embed(idx)
+        stats = [token_stats(x)]
+        for block in model.blocks:
+            x = block(x)
             stats.append(token_stats(x))
         curves[name] = np.array(stats)
     return curves
 
 
 def show_propagation(config):
-    """Token covariance and similarity against depth, mean ± sample std over seeds 0-2: printed, propagation.png."""
-    check_writable(config["out_dir"])  # before the work: out_dir holds no checkpoint that proved it
-    depth, width = config["propagation"], config["propagation_width"]
-    runs = [propagation_curves(depth, width, s) for s in range(3)]
-    values = {name: np.stack([r[name] for r in runs]) for name in NETWORKS}  # (seeds, depth+1, 2)
+    """Token covariance and similarity against depth, mean ± sample std over seeds 0-2: printed,
+    propagation.png."""
+    # checked before the work: out_dir holds no checkpoint that proved it writable
+    check_writable(config["out_dir"])
+    depth = config["propagation"]
+    width = config["propagation_width"]
+    runs = [propagation_curves(depth, width, seed) for seed in range(3)]
+    # per network, (seeds, depth+1, 2)
+    values = {name: np.stack([run[name] for run in runs]) for name in NETWORKS}
     stats = {name: (v.mean(0), v.std(0, ddof=1)) for name, v in values.items()}
-    layers = [l for l in (1, 2, 4, 8, 16, 32, 64) if l <= depth]
-    print("layer " + "".join(f"{l:>16}" for l in layers) + "   (token covariance; similarity)")
+    layers = [layer for layer in (1, 2, 4, 8, 16, 32, 64) if layer <= depth]
+    print("layer " + "".join(f"{layer:>16}" for layer in layers)
+          + "   (token covariance; similarity)")
     for name, (mean, _) in stats.items():
-        print(f"{name}: " + "; ".join(f"{mean[l, 0]:.4f} {mean[l, 1]:.3f}" for l in layers))
+        print(f"{name}: "
+              + "; ".join(f"{mean[layer, 0]:.4f} {mean[layer, 1]:.3f}" for layer in layers))
     plot_propagation(stats, width, os.path.join(config["out_dir"], "propagation.png"))
 
 
-# ----------------------------------------------------------------------------- what attention can express
+# ----------------------------------------------------------------------- what attention can express
 
-VARIANTS = {"MixiT": dict(attn="mixing"), "MixiT, mean head": dict(attn="mixing", fixed_head="mean"),
-            "softmax": dict(attn="softmax"), "Frozen-QK": dict(attn="frozen_qk")}  # at init, on random tokens
-LENGTHS, HEAD_COUNTS = (16, 64), (4, 16, 64, 256)  # the probe at init: one layer of width 512
+# The attentions the probe compares at init, on random tokens.
+VARIANTS = {"MixiT": dict(attn="mixing"),
+            "MixiT, mean head": dict(attn="mixing", fixed_head="mean"),
+            "softmax": dict(attn="softmax"),
+            "Frozen-QK": dict(attn="frozen_qk")}
+# The probe at init is on one layer of width 512, at these lengths and head counts.
+LENGTHS = (16, 64)
+HEAD_COUNTS = (4, 16, 64, 256)
 
 
 def layer_residuals(model, idx):
-    """{pattern: (n_layer,)}: how well each layer's heads form the named patterns on idx (B, T), mean over the rows."""
+    """{pattern: (n_layer,)}: how well each layer's heads form the named patterns on idx (B, T),
+    mean over the rows."""
     maps = in_eval(model, model.attention_maps, idx)  # (L, B, H, T, T)
-    return {name: r.mean(1) for name, r in pattern_residuals(maps, named_patterns(idx.size(1), idx.device)).items()}
+    patterns = named_patterns(idx.size(1), idx.device)
+    return {name: r.mean(1) for name, r in pattern_residuals(maps, patterns).items()}
 
 
 def print_residuals(rows, keys):
-    """The probe's table: a row per model or layer, the residual of each pattern (0: formed exactly, 1: nothing)."""
+    """The probe's table: a row per model or layer, the residual of each pattern (0: formed
+    exactly, 1: nothing)."""
     patterns = [k for k in rows[0] if k not in keys]
-    print("relative least-squares residual of each pattern in the span of the heads (0: exactly; 1: nothing of it)")
+    print("relative least-squares residual of each pattern in the span of the heads "
+          "(0: exactly; 1: nothing of it)")
     print("".join(f"{k:>18}" for k in keys + patterns))
     for row in rows:
         print("".join(f"{row[k]:>18}" if k in keys else f"{row[k]:18.3f}" for k in keys + patterns))
 
 
 def residuals_at_init(seed):
-    """A row per length, variant and head count: the probe on one layer at init, on 8 random sequences."""
+    """A row per length, variant and head count: the probe on one layer at init, on 8 random
+    sequences."""
     rows = []
     for T in LENGTHS:
         idx = torch.randint(0, 64, (8, T), generator=torch.Generator().manual_seed(seed))
         for name, kind in VARIANTS.items():
             for heads in HEAD_COUNTS:
-                model = MixiT(MixiTConfig(vocab_size=64, block_size=T, n_layer=1, n_head=heads, n_embd=512, **kind))
+                model = MixiT(MixiTConfig(vocab_size=64, block_size=T, n_layer=1, n_head=heads,
+                                          n_embd=512, **kind))
                 rows.append({"T": T, "heads": heads, "variant": name,
                              **{p: r[0].item() for p, r in layer_residuals(model, idx).items()}})
     return rows
@@ -267,14 +345,16 @@ def express_at_init(config):
 
 
 def show_express(model, task, config, dev):
-    """The probe on each layer of a checkpoint and at init, on the task's first evaluation rows (a corpus: repeats)."""
-    idx = next(task.eval_batches(task.val_split, 8))[0] if task else repeated_tokens(model.config, 8, seed=config["seed"])
+    """The probe on each layer of a checkpoint and at init, on the task's first evaluation rows (a
+    corpus: repeats)."""
+    idx = first_rows(model, task, config, 8).to(dev)
     rows = []
-    for when, m in (("trained", model), ("at init", MixiT(model.config, dev))):
-        residuals = layer_residuals(m, idx.to(dev))
-        rows += [{"layer": layer, "model": when, **{p: r[layer].item() for p, r in residuals.items()}}
+    for when, probed in (("trained", model), ("at init", MixiT(model.config, dev))):
+        residuals = layer_residuals(probed, idx)
+        rows += [{"layer": layer, "model": when,
+                  **{p: r[layer].item() for p, r in residuals.items()}}
                  for layer in range(model.config.n_layer)]
-    print_residuals(sorted(rows, key=lambda r: r["layer"]), ["layer", "model"])
+    print_residuals(sorted(rows, key=lambda row: row["layer"]), ["layer", "model"])
 
 
 def main(argv):
@@ -287,7 +367,8 @@ def main(argv):
                 express_at_init(config)
             else:
                 show(config)
-    except ValueError as e:  # data.py's bad input: an unprepared corpus, a missing tokenizer
+    except ValueError as e:
+        # data.py's bad input: an unprepared corpus, a missing tokenizer
         raise ConfigError(str(e)) from None
 
 
