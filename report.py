@@ -1,11 +1,12 @@
 """
-Every picture and report: a comparison's table of final metrics (results.md), runs (runs.json), curves (compare.png)
-and headline scores against training cost (cost.png); the pictures of sample.py's and bench.py's numbers.
+Every picture and report: a comparison's table of final metrics (results.md), runs (runs.json),
+curves (compare.png) and headline scores against training cost (cost.png); the pictures of
+sample.py's and bench.py's numbers.
 
-  python report.py out/where_cpu                             # redo its results.md, runs.json, compare.png, cost.png
-  python report.py out/where_cpu out/when_cpu --out_dir=out  # cost.png over every run of both
-  python report.py configs/claims.py                         # every claim's verdict, from the stored runs
-  python report.py configs/claims.py --runs_dir=out          # ... from your own runs of the same commands
+  python report.py out/where_cpu                # its results.md, runs.json, compare.png, cost.png
+  python report.py out/where_cpu out/when_cpu --out_dir=out   # cost.png over every run of both
+  python report.py configs/claims.py            # every claim's verdict, from the stored runs
+  python report.py configs/claims.py --runs_dir=out   # ... from your own runs of its commands
 """
 import functools
 import json
@@ -23,32 +24,48 @@ import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
 from common import ConfigError, check_writable, cli, configure, format_time, write_atomic
 from mixit import ATTNS, FIXED_HEADS, LETTERS, MIXING
 
-DEFAULTS = {"out_dir": "",  # where the files go; '': the folders' common parent (the folder itself, given one)
-            "runs_dir": "assets/runs"}  # a claims file's comparisons: the stored summaries, or a folder of your own
+DEFAULTS = {
+    # where the files go; '': the folders' common parent (the folder itself, given one)
+    "out_dir": "",
+    # a claims file's comparisons: the stored summaries, or a folder of your own
+    "runs_dir": "assets/runs"}
 
-# ----------------------------------------------------------------------------- reports of a comparison
+# --------------------------------------------------------------------- reports of a comparison
 
 def describe_model(m):
-    """What tells variants apart: shape, heads, each layer's attention, the parametrization, frozen W_Q, W_K's init."""
+    """What tells variants apart: shape, heads, each layer's attention, the parametrization,
+    frozen W_Q, W_K's init."""
     parts = [f"{m.n_layer} layers x {m.n_embd}, {m.n_head} heads"]
     if m.attn not in ATTNS:
         parts.append("layers " + " ".join(m.layer_attn))
-    parts.append(f"MixiT parametrization (multipliers base {m.base_width:g}, skip {m.skip:.3g}, c- {m.cminus:g})"
-                 if m.mixit_param else "standard parametrization")
-    if m.mixit_param and m.standard_parts:
-        parts.append(f"standard {m.standard_parts.replace(',', ', ')}")
+    if not m.mixit_param:
+        parts.append("standard parametrization")
+    else:
+        parts.append(f"MixiT parametrization (multipliers base {m.base_width:g}, skip "
+                     f"{m.skip:.3g}, c- {m.cminus:g})")
+        if m.standard_parts:
+            parts.append(f"standard {m.standard_parts.replace(',', ', ')}")
     if "frozen_qk" in m.layer_attn:
-        parts.append("frozen W_Q, W_K ~ " + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
-    if m.fixed_head and any(a in MIXING for a in m.layer_attn):
+        parts.append("frozen W_Q, W_K ~ "
+                     + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
+    mixing = any(a in MIXING for a in m.layer_attn)
+    if m.fixed_head and mixing:
         parts.append("mixing head 1 " + FIXED_HEADS[m.fixed_head])
-    if m.sigma_min and any(a in MIXING for a in m.layer_attn):
+    if m.sigma_min and mixing:
         parts.append(f"noise std from {m.sigma_min:.3g}")
     if m.depth_alpha:
         parts.append(f"residual (base depth {m.base_depth:g} / layers)^{m.depth_alpha:g}")
     if m.n_classes:
-        mixing = not m.causal and any(a in MIXING for a in m.layer_attn)
-        parts.append(f"{m.pool} pooling, pads {m.pads}" + (f", {m.centring} centring" if mixing else ""))
+        pooling = f"{m.pool} pooling, pads {m.pads}"
+        if mixing and not m.causal:
+            pooling += f", {m.centring} centring"
+        parts.append(pooling)
     return ", ".join(parts)
+
+
+def tasks_of(runs):
+    """The tasks of runs, in order, once each."""
+    return list(dict.fromkeys(r["task"] for r in runs))
 
 
 def summarize(runs, histories):
@@ -58,28 +75,41 @@ def summarize(runs, histories):
         groups.setdefault((run["task"], run["variant"]), []).append((run, history[-1]))
     table = []
     for (task_name, variant), members in groups.items():
-        finals = [f for _, f in members]
-        keys = [k for k, v in finals[0].items() if not (isinstance(v, list) or k in "iter lr tokens samples".split())]
-        table.append({"task": task_name, "variant": variant, "model": members[0][0]["model"], "seeds": len(finals),
-                      "iter": finals[0]["iter"], **{k: mean_std([f[k] for f in finals]) for k in keys}})
+        finals = [final for _, final in members]
+        keys = [k for k, v in finals[0].items()
+                if not (isinstance(v, list) or k in "iter lr tokens samples".split())]
+        table.append({"task": task_name, "variant": variant, "model": members[0][0]["model"],
+                      "seeds": len(finals), "iter": finals[0]["iter"],
+                      **{k: mean_std([f[k] for f in finals]) for k in keys}})
     return table
 
 
-# ----------------------------------------------------------------------------- the verdict rule: Welch's t
+# --------------------------------------------------------------------- the verdict rule: Welch's t
 
-MARGIN = 0.02  # within ± this, in the score's unit (accuracy, bits or nats): a match, a hold, a score at its floor
-ALPHA = 0.05  # a word's level (a 95 % interval's word spends half of it); a setting looked at k times: ALPHA / k
-POWER = 0.8  # not shown: the seeds a model with which its word would come out this often at the observed means, stds
-UNDER = ("below", "above")  # short of a floor, by lower_better: an accuracy below it, a loss above it
-DIRECTIONS = ("higher", "lower", "match", "fails")  # the other model against the first; fails: it stays at its floor
-PLATEAU_GAP = 0.05  # two plateaus: sorted per-seed values apart by this and by 3 stds of a side with half the seeds
-RULE_NOTE = (f"each score beside its floor (clears it; at it, within ±{MARGIN}; or below it, a loss above it), the "
-             f"difference other - first with its 95 % interval and p (Welch's t), the steps, two plateaus, the word "
-             f"for each direction (not shown: the seeds a model for {POWER:.0%} power, the likely word).")
+# within ± this, in the score's unit (accuracy, bits or nats): a match, a hold, a score at
+# its floor
+MARGIN = 0.02
+# a word's level (a 95 % interval's word spends half of it); a setting looked at k times: ALPHA / k
+ALPHA = 0.05
+# not shown: the seeds a model with which its word would come out this often at the observed
+# means and stds
+POWER = 0.8
+# short of a floor, by lower_better: an accuracy below it, a loss above it
+UNDER = ("below", "above")
+# the other model against the first; fails: it stays at its floor
+DIRECTIONS = ("higher", "lower", "match", "fails")
+# the names of a verdict's two models where none are given
+NAMES = ("the first", "the other")
+# two plateaus: sorted per-seed values apart by this and by 3 stds of a side with half the seeds
+PLATEAU_GAP = 0.05
+RULE_NOTE = (f"each score beside its floor (clears it; at it, within ±{MARGIN}; or below it, a "
+             f"loss above it), the difference other - first with its 95 % interval and p (Welch's "
+             f"t), the steps, two plateaus, the word for each direction (not shown: the seeds a "
+             f"model for {POWER:.0%} power, the likely word).")
 
 
 def mean_std(values):
-    """The mean and sample std (n - 1) of per-seed values; one value, or all equal: std 0, no spread."""
+    """The mean and sample std (n - 1) of per-seed values; one value, or all equal: std 0."""
     return float(np.mean(values)), float(np.std(values, ddof=1)) if len(set(values)) > 1 else 0.0
 
 
@@ -88,12 +118,13 @@ def sample(values):  # per-seed values as (mean, std, n)
 
 
 def t_tail(t, df):
-    """P(T > t) for t >= 0, Student's t with df >= 1 degrees of freedom: its density over x = t + v / (1 - v),
-    v in [0, 1), by the trapezoid rule."""
+    """P(T > t) for t >= 0, Student's t with df >= 1 degrees of freedom: its density over
+    x = t + v / (1 - v), v in [0, 1), by the trapezoid rule."""
     v = np.linspace(0.0, 1.0 - 1e-9, 4001)
     x = t + v / (1 - v)
     log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-    y = np.exp(log_norm - (df + 1) / 2 * np.log1p(x * x / df)) / (1 - v) ** 2  # the density times dx/dv
+    # the density times dx/dv
+    y = np.exp(log_norm - (df + 1) / 2 * np.log1p(x * x / df)) / (1 - v) ** 2
     return float((y[1:] + y[:-1]).sum() / 2 * (v[1] - v[0]))
 
 
@@ -102,16 +133,23 @@ def t_quantile(p, df):
     """The t with P(T <= t) = p, for p >= 1/2: bisection on the tail."""
     lo, hi = 0.0, 1e3
     for _ in range(32):
-        lo, hi = ((lo + hi) / 2, hi) if t_tail((lo + hi) / 2, df) > 1 - p else (lo, (lo + hi) / 2)
+        mid = (lo + hi) / 2
+        if t_tail(mid, df) > 1 - p:
+            lo = mid
+        else:
+            hi = mid
     return (lo + hi) / 2
 
 
 def contrast(terms):
-    """Σ w·mean over independent samples, terms [(w, (mean, std, n))]: its value, standard error and Welch-
-    Satterthwaite degrees of freedom (a level is a sample with std 0; a contrast of levels alone is exact, se 0)."""
-    value, parts = sum(w * m for w, (m, _, _) in terms), [((w * s) ** 2 / n, n) for w, (_, s, n) in terms]
+    """Σ w·mean over independent samples, terms [(w, (mean, std, n))]: its value, standard error and
+    Welch-Satterthwaite degrees of freedom (a level is a sample with std 0; a contrast of levels
+    alone is exact, se 0)."""
+    value = sum(w * m for w, (m, _, _) in terms)
+    parts = [((w * s) ** 2 / n, n) for w, (_, s, n) in terms]
     se = math.sqrt(sum(v for v, _ in parts))
-    return value, se, se ** 4 / sum(v ** 2 / (n - 1) for v, n in parts if v) if se else math.inf
+    df = se ** 4 / sum(v ** 2 / (n - 1) for v, n in parts if v) if se else math.inf
+    return value, se, df
 
 
 def neg(c):
@@ -119,11 +157,18 @@ def neg(c):
 
 
 def p_above(c, bound=0.0, power=0.0):
-    """The one-sided p of 'contrast c lies above bound' by Welch's t; with power, the p it would have where it passed
-    that often (its statistic less t's power quantile)."""
+    """The one-sided p of 'contrast c lies above bound' by Welch's t; with power, the p it would
+    have where it passed that often (its statistic less t's power quantile). An exact contrast
+    (se 0) is 0 above the bound, 1 below it and undecided (nan) on it."""
     value, se, df = c
-    t = (value - bound) / se - (t_quantile(power, df) if power else 0.0) if se else math.inf * (value - bound)
-    return float(t <= 0) if math.isinf(t) else t_tail(t, df) if t >= 0 else 1 - t_tail(-t, df)
+    if not se:
+        return math.nan if value == bound else float(value < bound)
+    t = (value - bound) / se
+    if power:
+        t -= t_quantile(power, df)
+    if t >= 0:
+        return t_tail(t, df)
+    return 1 - t_tail(-t, df)
 
 
 def within(c):  # two one-sided claims: c inside ±MARGIN
@@ -131,203 +176,314 @@ def within(c):  # two one-sided claims: c inside ±MARGIN
 
 
 def readings(a, b, floors, direction, lower_better):
-    """Each model's skill over its floor, and the words a direction can give, in order: (word, its one-sided claims
-    [(contrast, bound): above bound], its share of ALPHA). a, b: the first and other samples; lower_better: a loss."""
-    o = -1 if lower_better else 1
-    d, kept = contrast([(1, b), (-1, a)]), contrast([(o, b), (-o / 2, a), (-o / 2, floors[1])])  # kept: past the
-    skill = [contrast([(o, s), (-o, f)]) for s, f in zip((a, b), floors)]  # midpoint of the first and the floor
-    equal = (f"no: equal within ±{MARGIN}", within(d), 1)
-    return skill, {"higher": [("yes", [(d, 0)], .5), ("no", [(neg(d), 0)], .5), equal],
-                   "lower": [("yes", [(neg(d), 0)], .5), ("no", [(d, 0)], .5), equal],
-                   "match": [("yes", within(d), 1), ("no", [(d, MARGIN)], 1), ("no", [(neg(d), MARGIN)], 1)],
-                   "holds": [("yes", [(d if o > 0 else neg(d), -MARGIN)], 1),
-                             ("no", [(neg(d) if o > 0 else d, MARGIN)], 1)],
-                   "fails": [("yes: at its floor", within(skill[1]), 1), ("no", [(skill[1], 0)], 1),
-                             (f"yes: {UNDER[lower_better]} its floor", [(neg(skill[1]), 0)], 1)],
-                   "competitive": [("yes", [(kept, 0)], .5), ("no", [(neg(kept), 0)], .5)]}[direction]
+    """The words a direction can give, in order: (word, its one-sided claims [(contrast, bound):
+    above bound], its share of ALPHA). a, b: the first and other samples; lower_better: a loss."""
+    difference = contrast([(1, b), (-1, a)])
+    if direction in ("higher", "lower"):
+        claimed = difference if direction == "higher" else neg(difference)
+        return [("yes", [(claimed, 0)], .5), ("no", [(neg(claimed), 0)], .5),
+                (f"no: equal within ±{MARGIN}", within(difference), 1)]
+    if direction == "match":
+        return [("yes", within(difference), 1), ("no", [(difference, MARGIN)], 1),
+                ("no", [(neg(difference), MARGIN)], 1)]
+    # the other's gain over the first, the way the score improves
+    gain = neg(difference) if lower_better else difference
+    if direction == "holds":
+        return [("yes", [(gain, -MARGIN)], 1), ("no", [(neg(gain), MARGIN)], 1)]
+    sign = -1 if lower_better else 1
+    if direction == "fails":
+        skill = contrast([(sign, b), (-sign, floors[1])])
+        return [("yes: at its floor", within(skill), 1), ("no", [(skill, 0)], 1),
+                (f"yes: {UNDER[lower_better]} its floor", [(neg(skill), 0)], 1)]
+    # competitive: the other past the midpoint of the first and the floor
+    kept = contrast([(sign, b), (-sign / 2, a), (-sign / 2, floors[1])])
+    return [("yes", [(kept, 0)], .5), ("no", [(neg(kept), 0)], .5)]
 
 
 def first_word(words, looks=1, power=0.0):
-    """The first word whose claims all hold at its level (ALPHA x its share / looks) and its p (its claims' largest,
-    scaled to ALPHA), or not shown, None; with power, the first that would hold that often."""
+    """The first word whose claims all hold at its level (ALPHA x its share / looks) and its p (its
+    claims' largest, scaled to ALPHA), or not shown, None; with power, the first that would hold
+    that often."""
     for word, claims, share in words:
         level = ALPHA * share / looks
-        p = max(p_above(c, bound, power and 1 - (1 - power) / len(claims)) for c, bound in claims)
+        # with power: each of k claims at 1 - (1 - power) / k, so that all hold together that often
+        p = max(p_above(c, bound, 1 - (1 - power) / len(claims) if power else 0.0)
+                for c, bound in claims)
         if p < level:
             return word, p * ALPHA / level
     return "not shown", None
 
 
-def floor_status(skill, looks=1, lower_better=False):  # at (within ±MARGIN), clears, short of it, or near (none shown)
-    words = [("at", within(skill), 1), ("clears", [(skill, 0)], 1), (UNDER[lower_better], [(neg(skill), 0)], 1)]
+def floor_status(score, floor, looks=1, lower_better=False):
+    """A sample against its floor's: at it (within ±MARGIN), clears it, short of it, or near
+    it (none of them shown)."""
+    sign = -1 if lower_better else 1
+    skill = contrast([(sign, score), (-sign, floor)])
+    words = [("at", within(skill), 1), ("clears", [(skill, 0)], 1),
+             (UNDER[lower_better], [(neg(skill), 0)], 1)]
     return first_word(words, looks)[0].replace("not shown", "near")
 
 
-def decide(a, b, floors, direction, lower_better=False, looks=1, names=("the first", "the other"), power=0.0):
-    """The word on two samples (mean, std, n) and their floors', and its p scaled to ALPHA (None: undecided). A yes
-    that a first model not clearing its floor makes trivial (a match, or failing where it fails too) is not
-    reproduced; a decisive word names each model that does not clear its floor."""
-    skill, words = readings(a, b, floors, direction, lower_better)
-    (word, p), status = first_word(words, looks, power), [floor_status(s, looks, lower_better) for s in skill]
+def decide(a, b, floors, direction, lower_better=False, looks=1, names=NAMES, power=0.0):
+    """The word on two samples (mean, std, n) and their floors', and its p scaled to ALPHA (None:
+    undecided). A yes that a first model not clearing its floor makes trivial (a match, or failing
+    where it fails too) is not reproduced; a decisive word names each model that does not clear its
+    floor."""
+    word, p = first_word(readings(a, b, floors, direction, lower_better), looks, power)
+    status = [floor_status(s, f, looks, lower_better) for s, f in zip((a, b), floors)]
     if word.startswith("yes") and direction in ("match", "fails") and status[0] != "clears":
-        return f"not reproduced at this scale: {names[0]} does not clear its floor (the difference alone: yes)", None
-    low = ", ".join(f"{n} {s} its floor" for n, s in zip(names, status) if s != "clears")
-    return word + (f" — {low}" if low and p is not None and direction != "fails" else ""), p
+        return f"not reproduced at this scale: {names[0]} does not clear its floor " \
+               f"(the difference alone: yes)", None
+    short = ", ".join(f"{n} {s} its floor" for n, s in zip(names, status) if s != "clears")
+    if short and p is not None and direction != "fails":
+        word += f" — {short}"
+    return word, p
 
 
-def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names=("the first", "the other"),
+def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names=NAMES,
             own_floor=False, most=100):
-    """The word on two models (per-seed scores, floors; steps: budgets; direction: the other's against the first) and
-    its p scaled to ALPHA: two seeds each at equal budgets; two constants are equal at every seed; a score that is its
-    own floor (its value at init) at every seed is fixed by construction; not shown: the seeds for POWER, the word."""
+    """The word on two models (per-seed scores, floors; steps: budgets; direction: the other's
+    against the first) and its p scaled to ALPHA: two seeds each at equal budgets; two constants are
+    equal at every seed; a score that is its own floor (its value at init) at every seed is fixed by
+    construction; not shown: the seeds for POWER, the word."""
     if steps[0] != steps[1] or min(map(len, scores)) < 2:
         return "unequal budgets" if steps[0] != steps[1] else "spread unknown", None
     if own_floor and scores[1] == floors[1]:
-        return "fixed by construction: the same at init and trained, at every seed (not tested)", None
-    (a, b), floors = map(sample, scores), list(map(sample, floors))
+        return "fixed by construction: the same at init and trained, at every seed " \
+               "(not tested)", None
+    a, b, *floors = map(sample, [*scores, *floors])
     if a[1] == b[1] == 0 and a[0] == b[0] and direction not in ("fails", "competitive"):
         return f"equal at every seed ({min(a[2], b[2])} seeds a model)", None
     word, p = decide(a, b, floors, direction, lower_better, looks, names)
-    planned = lambda n: decide(*[(s[0], s[1], n) for s in [a, b]], [(f[0], f[1], n) for f in floors], direction,
-                               lower_better, looks, names, POWER)[0]
-    lo, hi = max(a[2], b[2]), most + 1  # the fewest seeds whose word comes out with POWER (planned(n) is monotone)
-    while word == "not shown" and hi - lo > 1:
-        lo, hi = (lo, (lo + hi) // 2) if planned((lo + hi) // 2) != "not shown" else ((lo + hi) // 2, hi)
     if word != "not shown":
         return word, p
-    likely = f": likely {planned(hi).split(' —')[0]}" if hi <= most else ""
-    return f"not shown ({hi if hi <= most else f'more than {most}'} seeds a model for {POWER:.0%} power{likely})", None
+
+    def planned(n):  # the word with POWER at n seeds a model
+        resized = [(mean, std, n) for mean, std, _ in (a, b, *floors)]
+        return decide(*resized[:2], resized[2:], direction, lower_better, looks, names, POWER)[0]
+
+    # the fewest seeds whose word comes out with POWER, by bisection (planned(n) is monotone)
+    lo = max(a[2], b[2])
+    hi = most + 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if planned(mid) != "not shown":
+            hi = mid
+        else:
+            lo = mid
+    if hi > most:
+        return f"not shown (more than {most} seeds a model for {POWER:.0%} power)", None
+    likely = planned(hi).split(" —")[0]
+    return f"not shown ({hi} seeds a model for {POWER:.0%} power: likely {likely})", None
+
+
+def plateau_span(side):
+    """How many seeds a plateau holds and the range of their values."""
+    low = f"{side[0]:.3g}"
+    high = f"{side[-1]:.3g}"
+    return f"{len(side)} at {low}" + (f"-{high}" if high != low else "")
 
 
 def plateaus(values):
-    """Seeds on two plateaus (4 seeds or more): a gap in the sorted values wider than PLATEAU_GAP and 3 stds of a
-    side holding half the seeds or more (a plateau; the other side may spread): how many land on each, the values."""
-    v, n = np.sort(values), len(values)
-    tight = lambda k: [s for s in (v[:k], v[k:]) if len(s) >= max(2, n / 2)]
-    splits = [k for k in range(1, n) if n > 3 and tight(k) and v[k] - v[k - 1] > max(
-        PLATEAU_GAP, min(3 * s.std() for s in tight(k)))]
-    if not splits:
+    """Seeds on two plateaus (4 seeds or more): a gap in the sorted values wider than PLATEAU_GAP
+    and 3 stds of a side holding half the seeds or more (a plateau; the other side may spread): how
+    many land on each, the values."""
+    n = len(values)
+    if n < 4:
         return ""
-    k = max(splits, key=lambda k: v[k] - v[k - 1])
-    span = lambda s: f"{len(s)} at {s[0]:.3g}" + (f"-{s[-1]:.3g}" if f"{s[-1]:.3g}" != f"{s[0]:.3g}" else "")
-    return f"{span(v[:k])}, {span(v[k:])} ({', '.join(f'{x:.3g}' for x in values)})"
+    ordered = np.sort(values)
+    gaps = {}
+    for k in range(1, n):
+        sides = [side for side in (ordered[:k], ordered[k:]) if len(side) >= max(2, n / 2)]
+        gap = ordered[k] - ordered[k - 1]
+        if sides and gap > max(PLATEAU_GAP, min(3 * side.std() for side in sides)):
+            gaps[k] = gap
+    if not gaps:
+        return ""
+    # the widest gap (the first of equals)
+    split = max(gaps, key=gaps.get)
+    seeds = ", ".join(f"{x:.3g}" for x in values)
+    return f"{plateau_span(ordered[:split])}, {plateau_span(ordered[split:])} ({seeds})"
 
 
 def part_word(words, labels):
-    """A part of a claim: its settings' one word, or each word with the settings (labels) that read it."""
-    base = [re.sub(r" \([^()]*\)$", "", w) for w in words]  # less a closing note: seeds, the difference alone
+    """A part of a claim: its settings' one word, or each word with the settings (labels) that read
+    it."""
+    # less a closing note: seeds, the difference alone
+    base = [re.sub(r" \([^()]*\)$", "", w) for w in words]
     groups = {w: [lab for b, lab in zip(base, labels) if b == w] for w in dict.fromkeys(base)}
-    return base[0] if len(groups) == 1 else "; ".join(f"{w} {' and '.join(labs)}" for w, labs in groups.items())
+    if len(groups) == 1:
+        return base[0]
+    return "; ".join(f"{w} {' and '.join(labs)}" for w, labs in groups.items())
 
 
-def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, looks=1, names=None):
-    """What the rule reads of two models' finals on metric: each score beside its floor (each run's logged level, 0,
-    or a trained floor's seeds), other - first with its interval at its word's level and p (competitive: the contrast
-    read, the share of the gain kept), the steps, plateaus, each direction's word, the last one's p scaled to ALPHA."""
-    lower_better, names = metric == "val_loss", names or ("the first", "the other")
-    scores = [[r[metric] for r in runs] for runs in (first, other)]
-    floors = [trained_floor or [r.get(LEVELS[metric][0], 0.0) if metric in LEVELS else 0.0 for r in runs]
-              for runs in (first, other)]
-    (a, b, fa, fb), steps = map(sample, scores + floors), [runs[0]["iter"] for runs in (first, other)]
+def difference_cell(a, b, floor, directions, looks):
+    """other - first with its interval at its word's level and two-sided p; competitive: the
+    contrast it reads, other - (first + floor) / 2, and the share of the first's gain over the floor
+    the other keeps."""
     competitive = directions == ("competitive",)
-    c = contrast([(1, b), (-.5, a), (-.5, fb)] if competitive else [(1, b), (-1, a)])
-    conf = 1 - ALPHA * (2 if directions[0] in ("match", "holds") and len(directions) == 1 else 1) / looks
-    half = t_quantile((1 + conf) / 2, c[2]) * c[1] if c[1] else 0.0
-    shown = f"{c[0]:+.3g} [{c[0] - half:+.3g}, {c[0] + half:+.3g}] {100 * conf:.3g}%, p " \
-            f"{min(1.0, 2 * min(p_above(c), p_above(neg(c)))):.2g}" if min(a[2], b[2]) > 1 else \
-        f"{c[0]:+.3g} (one seed)"
-    if competitive:  # (b - fb) / (a - fb), its interval from the standard error of b - fb - share (a - fb)
-        share = (b[0] - fb[0]) / (a[0] - fb[0])
-        _, se, df = contrast([(1, b), (share - 1, fb), (-share, a)])
-        spread = t_quantile(0.975, df) * se / abs(a[0] - fb[0]) if se else 0.0
-        shown = f"other - (first + floor) / 2: {shown}; keeps {share:.0%} [{share - spread:.0%}, " \
-                f"{share + spread:.0%}] of the first's gain"
-    own = not trained_floor and LEVELS.get(metric, ("",))[0] == "induction_init"  # the model's own score at init
-    words = {d: verdict(scores, floors, steps, d, lower_better, looks, names, own) for d in directions}
-    status = ["at" if own and s == f else floor_status(k, looks, lower_better)  # its own floor at every seed: at it
-              for s, f, k in zip(scores, floors, readings(a, b, [fa, fb], "higher", lower_better)[0])]
-    return {"scores (floors)": " / ".join(f"{s[0]:.4g}" + (f" ± {s[1]:.2g}" if s[2] > 1 else "") +
-                                          f" ({st} {f[0]:.4g})" for s, f, st in zip((a, b), (fa, fb), status)),
-            "difference [interval], p": shown, "steps": " / ".join(f"{s:,}" for s in steps),
+    c = contrast([(1, b), (-.5, a), (-.5, floor)] if competitive else [(1, b), (-1, a)])
+    shown = f"{c[0]:+.3g} (one seed)"
+    if min(a[2], b[2]) > 1:
+        # a match's and a hold's words read a 90 % interval, the others a 95 % one (at one look)
+        one_sided = len(directions) == 1 and directions[0] in ("match", "holds")
+        conf = 1 - ALPHA * (2 if one_sided else 1) / looks
+        half = t_quantile((1 + conf) / 2, c[2]) * c[1] if c[1] else 0.0
+        p = min(1.0, 2 * min(p_above(c), p_above(neg(c))))
+        shown = f"{c[0]:+.3g} [{c[0] - half:+.3g}, {c[0] + half:+.3g}] {100 * conf:.3g}%, p {p:.2g}"
+    if not competitive:
+        return shown
+    # (b - fb) / (a - fb), its interval from the standard error of b - fb - share (a - fb)
+    share = (b[0] - floor[0]) / (a[0] - floor[0])
+    _, se, df = contrast([(1, b), (share - 1, floor), (-share, a)])
+    spread = t_quantile(0.975, df) * se / abs(a[0] - floor[0]) if se else 0.0
+    return f"other - (first + floor) / 2: {shown}; keeps {share:.0%} [{share - spread:.0%}, " \
+           f"{share + spread:.0%}] of the first's gain"
+
+
+def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, looks=1,
+               names=NAMES):
+    """What the rule reads of two models' finals on metric: each score beside its floor (each run's
+    logged level, 0, or a trained floor's seeds), other - first with its interval at its word's
+    level and p (competitive: the contrast read, the share of the gain kept), the steps, plateaus,
+    each direction's word, the last one's p scaled to ALPHA."""
+    lower_better = metric == "val_loss"
+    scores = [[r[metric] for r in runs] for runs in (first, other)]
+    level = LEVELS.get(metric, [None])[0]
+    floors = [trained_floor or [r.get(level, 0.0) for r in runs] for runs in (first, other)]
+    a, b, fa, fb = map(sample, scores + floors)
+    steps = [runs[0]["iter"] for runs in (first, other)]
+    # the model's own score at init: its floor
+    own = not trained_floor and level == "induction_init"
+    words = {d: verdict(scores, floors, steps, d, lower_better, looks, names, own)
+             for d in directions}
+    # a score that is its own floor at every seed: at it
+    status = ["at" if own and s == f else floor_status(x, y, looks, lower_better)
+              for s, f, x, y in zip(scores, floors, (a, b), (fa, fb))]
+    return {"scores (floors)": " / ".join(f"{s[0]:.4g}" + (f" ± {s[1]:.2g}" if s[2] > 1 else "")
+                                          + f" ({st} {f[0]:.4g})"
+                                          for s, f, st in zip((a, b), (fa, fb), status)),
+            "difference [interval], p": difference_cell(a, b, fb, directions, looks),
+            "steps": " / ".join(f"{s:,}" for s in steps),
             "two plateaus": " / ".join(map(plateaus, scores)).strip(" /"),
             **{d: w for d, (w, _) in words.items()}, "p": words[directions[-1]][1]}
 
 
 def rule_rows(finals):
-    """results.md's reading of the rule: each variant against the first, per task, on the task's headline score."""
+    """results.md's reading of the rule: each variant against the first, per task, on the task's
+    headline score."""
     rows = []
-    for task_name in dict.fromkeys(r["task"] for r in finals):
-        runs = [r for r in finals if r["task"] == task_name]
-        variants = list(dict.fromkeys(r["variant"] for r in runs))
-        of = lambda v: [r for r in runs if r["variant"] == v]
-        rows += [{"task": task_name, "variant": v, "against": variants[0], "score": headline(runs[0]), **{
-            k: c for k, c in rule_cells(of(variants[0]), of(v), headline(runs[0]), names=(variants[0], v)).items()
-            if k != "p"}} for v in variants[1:]]
+    for task_name in tasks_of(finals):
+        runs = {}
+        for r in finals:
+            if r["task"] == task_name:
+                runs.setdefault(r["variant"], []).append(r)
+        first, *others = runs
+        score = headline(runs[first][0])
+        for variant in others:
+            cells = rule_cells(runs[first], runs[variant], score, names=(first, variant))
+            del cells["p"]
+            rows.append({"task": task_name, "variant": variant, "against": first, "score": score,
+                         **cells})
     return rows
 
 
+def format_cell(value):
+    """A table cell: a number at 3 digits (at 100 or more: whole, with commas), nothing for None."""
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return "" if value is None else str(value)
+
+
 def table(rows, columns):
-    """A markdown table of rows (dicts): columns maps each heading to a key (or a function of the row)."""
-    fmt = lambda v: "" if v is None else f"{v:,.0f}" if isinstance(v, float) and abs(v) >= 100 else \
-        f"{v:.3g}" if isinstance(v, float) else str(v)
-    get = lambda r, k: k(r) if callable(k) else r.get(k)
-    return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-                     + ["| " + " | ".join(fmt(get(r, k)) for k in columns.values()) + " |" for r in rows]) + "\n"
+    """A markdown table of rows (dicts): columns maps each heading to a key (or a function of the
+    row)."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [key(row) if callable(key) else row.get(key) for key in columns.values()]
+        lines.append("| " + " | ".join(map(format_cell, cells)) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def write_report(runs, histories, label, out_dir, env, seconds):
-    """The report of train.py's runs (write_files), from the master process; label names a run's variant."""
+    """The report of train.py's runs (write_files), from the master process; label names a run's
+    variant."""
     if env.master:
-        runs = [{"task": r["task"], "variant": label(r), "attn": r["attn"], "freeze": r["freeze"],
-                 "unfreeze_at": r["unfreeze_at"], "seed": r["seed"], "model": r["model"],
-                 "run_dir": os.path.relpath(r["out_dir"], out_dir), "hardware": env.describe(), "seconds": seconds,
+        runs = [{"task": r["task"], "variant": label(r),
+                 **{k: r[k] for k in ("attn", "freeze", "unfreeze_at", "seed", "model")},
+                 "run_dir": os.path.relpath(r["out_dir"], out_dir), "hardware": env.describe(),
+                 "seconds": seconds,
                  "step_samples": r["batch_size"] * r["gradient_accumulation_steps"]} for r in runs]
         write_files(runs, histories, out_dir)
 
 
+def spread_cell(key, row):
+    """A summary row's mean ± std of key ('' where it has none; no ± where the std is 0)."""
+    if key not in row:
+        return ""
+    mean, std = row[key]
+    return f"{mean:.4g}" + (f" ± {std:.2g}" if std else "")
+
+
 def write_files(runs, histories, out_dir):
-    """Print the comparison's table; write results.md, runs.json (each run's set-up, folder, metrics), the plots."""
-    finals = [{**r, "samples": h[-1]["iter"] * r["step_samples"], **h[-1]} for r, h in zip(runs, histories)]
-    summary = summarize(finals, histories)  # a row per (task, variant): each metric's mean ± std over seeds
+    """Print the comparison's table; write results.md, runs.json (each run's set-up, folder,
+    metrics), the plots."""
+    finals = [{**r, "samples": h[-1]["iter"] * r["step_samples"], **h[-1]}
+              for r, h in zip(runs, histories)]
+    # a row per (task, variant): each metric's mean ± std over seeds
+    summary = summarize(finals, histories)
     keys = list(dict.fromkeys(k for row in summary for k in row if isinstance(row[k], tuple)))
-    cell = lambda k: lambda r: "" if k not in r else f"{r[k][0]:.4g}" + (f" ± {r[k][1]:.2g}" if r[k][1] else "")
     text = table(summary, {"task": "task", "variant": "variant", "seeds": "seeds", "iters": "iter",
-                           **{k: cell(k) for k in keys}, "model": "model"})
+                           **{k: functools.partial(spread_cell, k) for k in keys},
+                           "model": "model"})
     rules = rule_rows(finals)
     if rules:
-        text += f"\nThe verdict rule on each variant against the first: {RULE_NOTE}\n\n" + \
-            table(rules, {k: k for k in rules[0]})
+        text += f"\nThe verdict rule on each variant against the first: {RULE_NOTE}\n\n"
+        text += table(rules, {k: k for k in rules[0]})
     print("\n" + text, end="", flush=True)
     seeds = sorted({r["seed"] for r in finals})
-    spread = f", mean ± sample std (n - 1) over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
-    header = f"# {', '.join(dict.fromkeys(r['task'] for r in finals))}\n\nFinal metrics{spread}. {len(finals)} runs " \
-             f"in {format_time(finals[0]['seconds'])} on {finals[0]['hardware']}.\n\n"
+    spread = f", mean ± sample std (n - 1) over seeds {', '.join(map(str, seeds))}" \
+        if len(seeds) > 1 else ""
+    tasks = ", ".join(tasks_of(finals))
+    header = f"# {tasks}\n\nFinal metrics{spread}. {len(finals)} runs in " \
+             f"{format_time(finals[0]['seconds'])} on {finals[0]['hardware']}.\n\n"
     write_atomic(os.path.join(out_dir, "results.md"), lambda f: f.write((header + text).encode()))
-    write_atomic(os.path.join(out_dir, "runs.json"), lambda f: f.write(json.dumps(finals, indent=1).encode()))
+    write_atomic(os.path.join(out_dir, "runs.json"),
+                 lambda f: f.write(json.dumps(finals, indent=1).encode()))
     print(f"wrote {os.path.join(out_dir, 'results.md')} and runs.json")
     plot_comparison(finals, histories, os.path.join(out_dir, "compare.png"))
     plot_cost(finals, os.path.join(out_dir, "cost.png"))
 
 
-# ----------------------------------------------------------------------------- plots
+# --------------------------------------------------------------------- plots
 
-COLORS = {"softmax": "tab:blue", "frozen_qk": "tab:orange", "mixing": "tab:green", "learned_mixing": "tab:red"}
-PATTERN_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "gold", "navy", "teal",
-                  "maroon", "lime", "magenta", "peru", "darkslategray", "khaki", "indigo"]  # hybrids, in turn
+COLORS = {"softmax": "tab:blue", "frozen_qk": "tab:orange", "mixing": "tab:green",
+          "learned_mixing": "tab:red"}
+# hybrids, in turn
+PATTERN_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray",
+                  "gold", "navy", "teal", "maroon", "lime", "magenta", "peru", "darkslategray",
+                  "khaki", "indigo"]
 FREEZE_STYLES = {"": "-", "mlp": "--", "blocks": ":"}
-PANELS = {  # a panel: the metric, what runs along x (iter, flops or time; final: the last eval's list), title, y label
+# a panel: the metric, what runs along x (iter, flops or time; final: the last eval's list), the
+# title, the y label
+PANELS = {
     "val_acc": ("val_acc", "iter", "accuracy", "accuracy (fraction of answers)"),
     "val_loss": ("val_loss", "iter", "evaluation loss", "cross-entropy"),
-    "induction_score": ("induction_score", "iter", "best head's induction score", "weight on the token after a match"),
+    "induction_score": ("induction_score", "iter", "best head's induction score",
+                        "weight on the token after a match"),
     "acc_flops": ("val_acc", "flops", "accuracy against training FLOPs", "accuracy"),
     "acc_time": ("val_acc", "time", "accuracy against training time", "accuracy"),
     "val_acc_pos": ("val_acc_pos", "final", "final accuracy per answer position", "accuracy"),
-    "induction_layers": ("induction_layers", "final", "final induction score per layer (best head)", "induction score")}
-X_LABELS = {"iter": "optimizer step", "flops": "training FLOPs", "time": "training time (s)", "val_acc_pos":
-            "answer position", "induction_layers": "layer"}
-LEVELS = {"val_acc": ("val_acc_chance", "dashed: chance"), "val_loss": ("val_loss_floor", "dashed: floor"),
-          "induction_score": ("induction_init", "dashed: at init")}  # what each score reads with no skill
-HEADLINES = {"val_acc": "final accuracy", "val_loss": "validation loss (nats per token)"}  # a score's axis label
+    "induction_layers": ("induction_layers", "final", "final induction score per layer (best head)",
+                         "induction score")}
+X_LABELS = {"iter": "optimizer step", "flops": "training FLOPs", "time": "training time (s)",
+            "val_acc_pos": "answer position", "induction_layers": "layer"}
+# what each score reads with no skill
+LEVELS = {"val_acc": ("val_acc_chance", "dashed: chance"),
+          "val_loss": ("val_loss_floor", "dashed: floor"),
+          "induction_score": ("induction_init", "dashed: at init")}
+# a score's axis label
+HEADLINES = {"val_acc": "final accuracy", "val_loss": "validation loss (nats per token)"}
 
 
 def save(fig, path):
@@ -338,109 +494,143 @@ def save(fig, path):
 
 
 def variant_colors(runs):
-    """A colour per variant: its attention's (a hybrid's from a palette), shaded where variants share one (heads)."""
-    kind = lambda run: LETTERS.get(run["attn"][0]) if len(set(run["attn"])) == 1 else run["attn"]  # mmmm: mixing
-    patterns = list(dict.fromkeys(kind(r) for r in runs if kind(r) not in COLORS))
-    base = lambda r: COLORS.get(kind(r)) or PATTERN_COLORS[patterns.index(kind(r)) % len(PATTERN_COLORS)]
+    """A colour per variant: its attention's (a hybrid's from a palette), shaded where variants
+    share one (heads)."""
+    # a run's attention: its one kind (mmmm: mixing), or a hybrid's letters
+    kinds = [LETTERS.get(r["attn"][0]) if len(set(r["attn"])) == 1 else r["attn"] for r in runs]
+    patterns = list(dict.fromkeys(k for k in kinds if k not in COLORS))
     groups = {}
-    for run in runs:
-        groups.setdefault(base(run), {}).setdefault(run["variant"], run)
+    for run, kind in zip(runs, kinds):
+        color = COLORS.get(kind) or PATTERN_COLORS[patterns.index(kind) % len(PATTERN_COLORS)]
+        groups.setdefault(color, {}).setdefault(run["variant"], run)
     colors = {}
     for color, members in groups.items():
         for k, name in enumerate(members):
             darkness = 1.0 if len(members) == 1 else 0.35 + 0.65 * k / (len(members) - 1)
-            colors[name] = tuple(1 - darkness * (1 - c) for c in matplotlib.colors.to_rgb(color))  # blended with white
+            # blended with white
+            colors[name] = tuple(1 - darkness * (1 - c) for c in matplotlib.colors.to_rgb(color))
             if len(members) > 4:  # too many shades to tell apart: a colour map instead
                 colors[name] = plt.cm.viridis(k / (len(members) - 1))
     return colors
 
 
 def plot_comparison(runs, histories, path):
-    """A row per task, a panel per PANELS entry its runs measured (against FLOPs and time where runs unfreeze): a colour
-    per variant, the mean over seeds in a band of ± the sample std (up to 6 variants), each score's LEVELS dashed."""
-    tasks = list(dict.fromkeys(run["task"] for run in runs))
+    """A row per task, a panel per PANELS entry its runs measured (against FLOPs and time where runs
+    unfreeze): a colour per variant, the mean over seeds in a band of ± the sample std (up to 6
+    variants), each score's LEVELS dashed."""
+    tasks = tasks_of(runs)
     cost = any(run["unfreeze_at"] != "never" for run in runs)
-    panels = {t: [p for p, (key, x, *_) in PANELS.items() if (x not in ("flops", "time") or cost)
-                  and any(key in h[-1] for r, h in zip(runs, histories) if r["task"] == t)] for t in tasks}
-    ncols, colors = max(map(len, panels.values())), variant_colors(runs)
-    fig, axes = plt.subplots(len(tasks), ncols, figsize=(5.2 * ncols, 3.6 * len(tasks)), squeeze=False)
+    panels = {}
+    for task_name in tasks:
+        measured = [h[-1] for r, h in zip(runs, histories) if r["task"] == task_name]
+        panels[task_name] = [p for p, (key, x, *_) in PANELS.items()
+                             if (x not in ("flops", "time") or cost)
+                             and any(key in m for m in measured)]
+    ncols = max(map(len, panels.values()))
+    colors = variant_colors(runs)
+    fig, axes = plt.subplots(len(tasks), ncols, figsize=(5.2 * ncols, 3.6 * len(tasks)),
+                             squeeze=False)
     for row, task_name in zip(axes, tasks):
         curves = {}
         for run, history in zip(runs, histories):
             if run["task"] == task_name:
                 curves.setdefault(run["variant"], (run, []))[1].append(history)
         for ax, panel in zip(row, panels[task_name]):
-            key, x, title, ylabel = PANELS[panel]
-            for name, (run, hs) in curves.items():
-                values = np.array([h[-1][key] for h in hs] if x == "final" else [[m[key] for m in h] for h in hs])
-                xs = np.arange(values.shape[1]) if x == "final" else \
-                    np.mean([[m[x] for m in h] for h in hs], 0)  # measured times differ by seed: their mean
-                mean = values.mean(0)
-                ax.plot(xs, mean, FREEZE_STYLES[run["freeze"]], color=colors[name], label=name,
-                        marker="o" if x == "final" else None)
-                if len(hs) > 1 and len(curves) <= 6:  # more bands than that hide the curves
-                    std = values.std(0, ddof=1)
-                    ax.fill_between(xs, mean - std, mean + std, color=colors[name], alpha=0.2)
-                level, note = LEVELS.get(key, (None, ""))
-                if level in hs[0][-1]:  # what the score reads with no skill
-                    ax.axhline(np.mean([h[-1][level] for h in hs]), ls="--", lw=1,
-                               color="gray" if level != "induction_init" else colors[name])  # a task's, a variant's
-                    title = f"{PANELS[panel][2]} ({note})"
-            ax.set(title=f"{task_name}: {title}", ylabel=ylabel, xlabel=X_LABELS[key if x == "final" else x])
-            if key != "val_loss":
-                ax.set_ylim(-0.02, 1.02)
-            if x == "final":
-                ax.xaxis.get_major_locator().set_params(integer=True)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            plot_panel(ax, task_name, PANELS[panel], curves, colors)
         for ax in row[len(panels[task_name]):]:
             ax.axis("off")
     fig.tight_layout()
     save(fig, path)
 
 
+def plot_panel(ax, task_name, panel, curves, colors):
+    """One panel of plot_comparison: each variant's curves {variant: (a run, its seeds'
+    histories)}."""
+    key, x, title, ylabel = panel
+    final = x == "final"
+    for name, (run, hs) in curves.items():
+        values = np.array([h[-1][key] for h in hs] if final else [[m[key] for m in h] for h in hs])
+        # measured times differ by seed: their mean
+        xs = np.arange(values.shape[1]) if final else np.mean([[m[x] for m in h] for h in hs], 0)
+        mean = values.mean(0)
+        ax.plot(xs, mean, FREEZE_STYLES[run["freeze"]], color=colors[name], label=name,
+                marker="o" if final else None)
+        if len(hs) > 1 and len(curves) <= 6:  # more bands than that hide the curves
+            std = values.std(0, ddof=1)
+            ax.fill_between(xs, mean - std, mean + std, color=colors[name], alpha=0.2)
+        level, note = LEVELS.get(key, (None, ""))
+        if level in hs[0][-1]:
+            # what the score reads with no skill: a task's level in gray, a variant's own (at init)
+            # in its colour
+            ax.axhline(np.mean([h[-1][level] for h in hs]), ls="--", lw=1,
+                       color="gray" if level != "induction_init" else colors[name])
+            title = f"{panel[2]} ({note})"
+    ax.set(title=f"{task_name}: {title}", ylabel=ylabel,
+           xlabel=X_LABELS[key if final else x])
+    if key != "val_loss":
+        ax.set_ylim(-0.02, 1.02)
+    if final:
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
 def headline(final):
-    """The score a run is judged by: a language model's validation loss (it has no chance level), else accuracy."""
+    """The score a run is judged by: a language model's validation loss (it has no chance level),
+    else accuracy."""
     return "val_loss" if "val_ppl" in final and "val_acc_chance" not in final else "val_acc"
 
 
 def plot_cost(finals, path):
-    """Each run's headline score against training FLOPs and time per sample: a colour per variant, a marker per task."""
-    colors, tasks = variant_colors(finals), list(dict.fromkeys(r["task"] for r in finals))
+    """Each run's headline score against training FLOPs and time per sample: a colour per variant, a
+    marker per task."""
+    colors = variant_colors(finals)
+    tasks = tasks_of(finals)
     markers = {task: "os^DvP*Xh<>p"[k % 12] for k, task in enumerate(tasks)}
     scores = list(dict.fromkeys(map(headline, finals)))
-    fig, axes = plt.subplots(len(scores), 2, figsize=(12, 4.6 * len(scores)), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(len(scores), 2, figsize=(12, 4.6 * len(scores)), squeeze=False,
+                             layout="constrained")
+    costs = (("training FLOPs", lambda r: r["flops"]),
+             ("training time per sample (ms)", lambda r: 1e3 * r["time"] / r["samples"]))
     for row, score in zip(axes, scores):
-        runs, label = [r for r in finals if headline(r) == score], HEADLINES[score]
-        for ax, (what, cost) in zip(row, (("training FLOPs", lambda r: r["flops"]),
-                                          ("training time per sample (ms)", lambda r: 1e3 * r["time"] / r["samples"]))):
+        runs = [r for r in finals if headline(r) == score]
+        label = HEADLINES[score]
+        for ax, (what, cost) in zip(row, costs):
             for r in runs:
-                ax.scatter(cost(r), r[score], color=colors[r["variant"]], marker=markers[r["task"]], s=28, alpha=0.85)
+                ax.scatter(cost(r), r[score], color=colors[r["variant"]], marker=markers[r["task"]],
+                           s=28, alpha=0.85)
             floor = LEVELS[score][0]
-            for level in {r[floor] for r in runs if floor in r}:  # each task's chance level or loss floor
+            # each task's chance level or loss floor
+            for level in {r[floor] for r in runs if floor in r}:
                 ax.axhline(level, color="gray", ls="--", lw=1)
-            costs = [cost(r) for r in runs]  # on a log scale where they span more than a decade: labelled ticks
-            ax.set(xscale="log" if max(costs) > 10 * min(costs) else "linear", xlabel=what, ylabel=label,
-                   title=f"{label.split(' (')[0]} against {what}")
+            # on a log scale where they span more than a decade: labelled ticks
+            spent = [cost(r) for r in runs]
+            ax.set(xscale="log" if max(spent) > 10 * min(spent) else "linear", xlabel=what,
+                   ylabel=label, title=f"{label.split(' (')[0]} against {what}")
             if score == "val_acc":
                 ax.set_ylim(-0.02, 1.02)
             ax.tick_params(axis="x", which="minor", labelbottom=False)
             ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=v) for v, c in colors.items()]
-    handles += [plt.Line2D([], [], color="black", marker=m, ls="", label=t) for t, m in markers.items()]
+    handles += [plt.Line2D([], [], color="black", marker=m, ls="", label=t)
+                for t, m in markers.items()]
     fig.legend(handles=handles, loc="outside right upper", fontsize=7, ncols=1 + len(handles) // 25)
     save(fig, path)
 
 
 def plot_attention_maps(maps, labels, path, title):
-    """A layers x heads grid of heatmaps of maps (L, H, t, t), queries down and keys across, one colour bar."""
+    """A layers x heads grid of heatmaps of maps (L, H, t, t), queries down and keys across, one
+    colour bar."""
     L, H, t, _ = maps.shape
-    signed = maps.min() < 0  # MixiT's fixed matrices are no probabilities: a diverging scale around 0
+    # MixiT's fixed matrices are no probabilities: a diverging scale around 0
+    signed = maps.min() < 0
     vmax = float(np.abs(maps).max()) if signed else 1.0
     cell = 2.6 if labels is None else max(2.6, 0.17 * t + 0.9)
-    fig, axes = plt.subplots(L, H, figsize=(cell * H + 1.5, cell * L + 0.8), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(L, H, figsize=(cell * H + 1.5, cell * L + 0.8), squeeze=False,
+                             layout="constrained")
     for (l, h), ax in np.ndenumerate(axes):
-        im = ax.imshow(maps[l, h], cmap="RdBu_r" if signed else "Blues", vmin=-vmax if signed else 0.0, vmax=vmax)
+        im = ax.imshow(maps[l, h], cmap="RdBu_r" if signed else "Blues",
+                       vmin=-vmax if signed else 0.0, vmax=vmax)
         ax.set_title(f"layer {l}, head {h}", fontsize=10)
         if labels is not None:
             ax.set_xticks(range(t), labels, rotation=90, fontsize=7)
@@ -460,21 +650,26 @@ def plot_induction(scores, path, title):
     fig, ax = plt.subplots(figsize=(1.0 * H + 2.5, 0.8 * L + 1.5), layout="constrained")
     im = ax.imshow(scores, cmap="viridis", vmin=0.0, vmax=1.0)
     for (l, h), v in np.ndenumerate(scores):
-        ax.text(h, l, f"{v:.2f}", ha="center", va="center", color="black" if v > 0.6 else "white", fontsize=9)
+        ax.text(h, l, f"{v:.2f}", ha="center", va="center", color="black" if v > 0.6 else "white",
+                fontsize=9)
     ax.set(xticks=range(H), yticks=range(L), xlabel="head", ylabel="layer", title=title)
     fig.colorbar(im, ax=ax, label="induction score")
     save(fig, path)
 
 
 def plot_propagation(stats, width, path):
-    """Token covariance (log scale) and similarity against depth at init, mean ± std: stats {network: (mean, std)}."""
+    """Token covariance (log scale) and similarity against depth at init, mean ± std: stats
+    {network: (mean, std)}."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
-    for (name, (mean, std)), color in zip(stats.items(), (COLORS["mixing"], "tab:gray", "tab:olive", COLORS["softmax"])):
+    for (name, (mean, std)), color in zip(stats.items(), (COLORS["mixing"], "tab:gray", "tab:olive",
+                                                          COLORS["softmax"])):
         for k, ax in enumerate(axes):
             ax.plot(mean[:, k], color=color, label=name)
-            ax.fill_between(range(len(mean)), mean[:, k] - std[:, k], mean[:, k] + std[:, k], color=color, alpha=0.2)
+            ax.fill_between(range(len(mean)), mean[:, k] - std[:, k], mean[:, k] + std[:, k],
+                            color=color, alpha=0.2)
     for ax, what in zip(axes, ("covariance", "cosine similarity")):
-        ax.set(xlabel="layer", ylabel=f"mean token {what}", title=f"token {what} at init, width {width}")
+        ax.set(xlabel="layer", ylabel=f"mean token {what}",
+               title=f"token {what} at init, width {width}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0].set_yscale("log")
@@ -482,20 +677,23 @@ def plot_propagation(stats, width, path):
 
 
 def plot_express(rows, path):
-    """sample.py --express=init: each pattern's residual against the number of heads, a panel per pattern, a colour
-    per variant, solid at the shorter length and dashed at the longer."""
+    """sample.py --express=init: each pattern's residual against the number of heads, a panel per
+    pattern, a colour per variant, solid at the shorter length and dashed at the longer."""
     patterns = [k for k in rows[0] if k not in ("T", "heads", "variant")]
-    colors = dict(zip(dict.fromkeys(r["variant"] for r in rows), (COLORS["mixing"], "tab:olive", COLORS["softmax"],
-                                                                 COLORS["frozen_qk"])))
+    palette = (COLORS["mixing"], "tab:olive", COLORS["softmax"], COLORS["frozen_qk"])
     lengths = sorted({r["T"] for r in rows})
-    fig, axes = plt.subplots(1, len(patterns), figsize=(4.2 * len(patterns), 3.8), layout="constrained")
+    heads = sorted({r["heads"] for r in rows})
+    fig, axes = plt.subplots(1, len(patterns), figsize=(4.2 * len(patterns), 3.8),
+                             layout="constrained")
     for ax, pattern in zip(axes, patterns):
-        for (variant, color), T in ((vc, T) for vc in colors.items() for T in lengths):
-            points = [(r["heads"], r[pattern]) for r in rows if r["variant"] == variant and r["T"] == T]
-            ax.plot(*zip(*points), "o-" if T == lengths[0] else "s--", color=color, label=f"{variant}, T={T}")
-        ax.set(xscale="log", xlabel="heads", ylabel="residual (0: formed, 1: nothing of it)", ylim=(-0.02, 1.02),
-               title=pattern)
-        heads = sorted({r["heads"] for r in rows})
+        for variant, color in zip(dict.fromkeys(r["variant"] for r in rows), palette):
+            for T in lengths:
+                points = [(r["heads"], r[pattern]) for r in rows
+                          if r["variant"] == variant and r["T"] == T]
+                ax.plot(*zip(*points), "o-" if T == lengths[0] else "s--", color=color,
+                        label=f"{variant}, T={T}")
+        ax.set(xscale="log", xlabel="heads", ylabel="residual (0: formed, 1: nothing of it)",
+               ylim=(-0.02, 1.02), title=pattern)
         ax.set_xticks(heads, [str(h) for h in heads])
         ax.minorticks_off()
         ax.grid(alpha=0.3)
@@ -503,100 +701,149 @@ def plot_express(rows, path):
     save(fig, path)
 
 
-# ----------------------------------------------------------------------------- the script: finished comparisons
+# ------------------------------------------------------------- the script: finished comparisons
 
 def read_json(path, lines=False):
-    """A JSON file of a comparison (lines: a JSON value a line); a missing, unreadable or empty one is a ConfigError."""
+    """A JSON file of a comparison (lines: a JSON value a line); a missing, unreadable or empty one
+    is a ConfigError."""
     try:
         with open(path) as f:
             value = [json.loads(line) for line in f] if lines else json.load(f)
     except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot read {path} ({e.strerror if isinstance(e, OSError) else e}); a finished "
-                          f"train.py comparison's folder holds it") from None
+        raise ConfigError(f"cannot read {path} ({e.strerror if isinstance(e, OSError) else e}); a "
+                          f"finished train.py comparison's folder holds it") from None
     if not value:
-        raise ConfigError(f"{path} is empty; a finished train.py comparison's folder holds its runs")
+        raise ConfigError(f"{path} is empty; a finished train.py comparison's folder holds its "
+                          f"runs")
     return value
 
 
+def variant_label(variant):
+    """A variant as the tables show it: its label, or (another folder, its label) as 'label
+    (folder)'."""
+    if isinstance(variant, tuple):
+        return f"{variant[1]} ({variant[0]})"
+    return variant
+
+
+def find_runs(loaded, runs_dir, folder, task_name, variant):
+    """A variant's finals in folder, or variant is (another folder, its label); loaded: the runs of
+    each folder read so far, by folder."""
+    if isinstance(variant, tuple):
+        folder, variant = variant
+    if folder not in loaded:
+        # folders joined by +: the runs of several commands (more seeds of one)
+        loaded[folder] = [r for f in folder.split("+")
+                          for r in read_json(os.path.join(runs_dir, f, "runs.json"))]
+    found = [r for r in loaded[folder] if r["task"] == task_name and r["variant"] == variant]
+    if not found:
+        held = "; ".join(sorted({f"{r['task']}: {r['variant']}" for r in loaded[folder]}))
+        raise ConfigError(f"{folder} holds no runs of {variant!r} on {task_name}; it holds {held}")
+    return found
+
+
+def read_setting(claim, setting, loaded, runs_dir, looked):
+    """One setting of a claim read by the rule (at ALPHA over the most looks of any comparison it
+    reads): its row of the settings table and its word's p scaled to ALPHA."""
+    # floor: a trained one, its variant
+    part, label, folder, task_name, metric, first, other, direction, *floor = setting
+    runs = functools.partial(find_runs, loaded, runs_dir, folder, task_name)
+    trained = [r[metric] for r in runs(floor[0])] if floor else None
+    looks = max(looked.get(v[0] if isinstance(v, tuple) else folder, 1)
+                for v in (folder, first, other, *floor))
+    names = (variant_label(first), variant_label(other))
+    cells = rule_cells(runs(first), runs(other), metric, trained, (direction,), looks, names)
+    comparison = f"{folder}: {task_name}, {metric}"
+    if floor:
+        comparison += f", floor {variant_label(floor[0])}"
+    row = {"claim": claim, "part": f"{part}, {label}", "comparison": comparison,
+           "first / other": " / ".join(names),
+           "looks": f"{looks}: at α {ALPHA / looks:.3g}" if looks > 1 else "1",
+           **{k: v for k, v in cells.items() if k not in (direction, "p")}, "the claim": direction,
+           "word": cells[direction]}
+    return row, cells["p"]
+
+
 def claims_report(path, runs_dir):
-    """The claims file's every setting read by the rule from its comparison's runs.json under runs_dir (at ALPHA over
-    its LOOKS), each part's word, each claim's words under Holm's correction within it, and each comparison's command,
-    machine and training time (its runs' sum): markdown."""
-    namespace, settings, verdicts, holm, used = {}, [], [], [], {}
+    """The claims file's every setting read by the rule from its comparison's runs.json under
+    runs_dir (at ALPHA over its LOOKS), each part's word, each claim's words under Holm's correction
+    within it, and each comparison's command, machine and training time (its runs' sum):
+    markdown."""
+    namespace = {}
     try:
         exec(open(path).read(), namespace)
-        claims, commands, looked = namespace["CLAIMS"], namespace["COMMANDS"], namespace.get("LOOKS", {})
+        claims = namespace["CLAIMS"]
+        commands = namespace["COMMANDS"]
+        looked = namespace.get("LOOKS", {})
     except Exception as e:
-        raise ConfigError(f"claims file {path} failed ({type(e).__name__}: {e}); it sets CLAIMS and COMMANDS, as "
-                          f"configs/claims.py does") from None
-
-    def runs(folder, task_name, variant):  # a variant's finals; of another comparison: (its folder, the variant)
-        folder, variant = variant if isinstance(variant, tuple) else (folder, variant)
-        if folder not in used:  # folders joined by +: the runs of several commands (more seeds of one)
-            used[folder] = [r for f in folder.split("+") for r in read_json(os.path.join(runs_dir, f, "runs.json"))]
-        found = [r for r in used[folder] if r["task"] == task_name and r["variant"] == variant]
-        if not found:
-            held = "; ".join(sorted({f"{r['task']}: {r['variant']}" for r in used[folder]}))
-            raise ConfigError(f"{folder} holds no runs of {variant!r} on {task_name}; it holds {held}")
-        return found
-
-    name = lambda v: "{1} ({0})".format(*v) if isinstance(v, tuple) else v  # a variant as the tables show it
-
+        raise ConfigError(f"claims file {path} failed ({type(e).__name__}: {e}); it sets CLAIMS "
+                          f"and COMMANDS, as configs/claims.py does") from None
+    loaded = {}
+    verdicts = []
+    settings = []
+    holm = []
     for claim, rows in claims.items():
-        parts, decided = {}, []
-        for part, label, folder, task_name, metric, first, other, direction, *floor in rows:  # floor: a trained one
-            trained = [r[metric] for r in runs(folder, task_name, floor[0])] if floor else None
-            looks = max(looked.get(v[0] if isinstance(v, tuple) else folder, 1) for v in (folder, first, other, *floor))
-            cells = rule_cells(runs(folder, task_name, first), runs(folder, task_name, other), metric, trained,
-                               (direction,), looks, (name(first), name(other)))
-            parts.setdefault(part, []).append((cells[direction], label))
-            if cells["p"] is not None:
-                decided.append((cells.pop("p"), (part, label)))
-            settings.append({"claim": claim, "part": f"{part}, {label}", "comparison": f"{folder}: {task_name}, "
-                             f"{metric}" + (f", floor {name(floor[0])}" if floor else ""), "first / other":
-                             f"{name(first)} / {name(other)}", "looks": f"{looks}: at α {ALPHA / looks:.3g}" if looks
-                             > 1 else "1", **{k: v for k, v in cells.items() if k not in (direction, "p")},
-                             "the claim": direction, "word": cells[direction]})
-        drops = holm_drops(decided)  # a word that Holm's correction within the claim drops says so in its part
-        kept = lambda part, read: [(w + ", not kept by Holm" * ((part, lab) in drops), lab) for w, lab in read]
-        verdicts += [{"claim": claim, "part": p, "verdict": part_word(*zip(*kept(p, r)))} for p, r in parts.items()]
-        holm.append({"claim": claim, "settings": len(rows), "words decided": len(decided), "kept by Holm within the "
-                     "claim": len(decided) - len(drops), "dropped": "; ".join(f"{p}, {lab}" for p, lab in drops)})
-    commands = [{"comparison": f, "command": "; ".join(f"`{commands[p]}`" if p in commands else "none given" for p in
-                                                     f.split("+")), "runs": len(finals),
-                 "machine": finals[0]["hardware"], "training time": format_time(sum(r["time"] for r in finals))}
-                for f, finals in used.items()]
-    return "\n".join(table(rows, {k: k for k in rows[0]}) for rows in (verdicts, settings, holm, commands))
+        parts = {}
+        decided = []
+        for setting in rows:
+            row, p = read_setting(claim, setting, loaded, runs_dir, looked)
+            part, label = setting[:2]
+            parts.setdefault(part, []).append((row["word"], label))
+            if p is not None:
+                decided.append((p, (part, label)))
+            settings.append(row)
+        # a word that Holm's correction within the claim drops says so in its part
+        drops = holm_drops(decided)
+        for part, read in parts.items():
+            words = [word + ", not kept by Holm" * ((part, label) in drops) for word, label in read]
+            verdicts.append({"claim": claim, "part": part,
+                             "verdict": part_word(words, [label for _, label in read])})
+        holm.append({"claim": claim, "settings": len(rows), "words decided": len(decided),
+                     "kept by Holm within the claim": len(decided) - len(drops),
+                     "dropped": "; ".join(f"{part}, {label}" for part, label in drops)})
+    made = []
+    for folder, finals in loaded.items():
+        command = "; ".join(f"`{commands[f]}`" if f in commands else "none given"
+                            for f in folder.split("+"))
+        made.append({"comparison": folder, "command": command, "runs": len(finals),
+                     "machine": finals[0]["hardware"],
+                     "training time": format_time(sum(r["time"] for r in finals))})
+    return "\n".join(table(rows, {k: k for k in rows[0]})
+                     for rows in (verdicts, settings, holm, made))
 
 
 def holm_drops(decided):
-    """Holm's step-down over a family of (p scaled to ALPHA, label): the labels whose word does not survive it."""
+    """Holm's step-down over a family of (p scaled to ALPHA, label): the labels whose word does not
+    survive it."""
     ranked = sorted(decided)
-    first = next((i for i, (p, _) in enumerate(ranked) if p >= ALPHA / (len(ranked) - i)), len(ranked))
+    first = next((i for i, (p, _) in enumerate(ranked) if p >= ALPHA / (len(ranked) - i)),
+                 len(ranked))
     return [label for _, label in ranked[first:]]
 
 
 def main(argv):
-    """One comparison folder: its report again, from its runs' metrics.jsonl; several: the cost plot of all runs; a
-    claims file: every claim's verdict from the runs under runs_dir."""
+    """One comparison folder: its report again, from its runs' metrics.jsonl; several: the cost plot
+    of all runs; a claims file: every claim's verdict from the runs under runs_dir."""
     config = configure(DEFAULTS, [a for a in argv if a.startswith("--")], files=False)
     folders = [a for a in argv if not a.startswith("--")]
     if folders and folders[0].endswith(".py"):
         return print(claims_report(folders[0], config["runs_dir"]), end="")
     if not folders:
-        raise ConfigError("name the folders of finished train.py comparisons: python report.py DIR [DIR ...]")
-    out = config["out_dir"] or os.path.relpath(os.path.commonpath([os.path.abspath(f) for f in folders]))
+        raise ConfigError("name the folders of finished train.py comparisons: "
+                          "python report.py DIR [DIR ...]")
+    out = config["out_dir"] or os.path.relpath(
+        os.path.commonpath([os.path.abspath(f) for f in folders]))
     runs = [read_json(os.path.join(folder, "runs.json")) for folder in folders]
     check_writable(out)
     if len(folders) > 1:
         print(f"{sum(map(len, runs))} runs of {len(folders)} comparisons")
         plot_cost([r for rs in runs for r in rs], os.path.join(out, "cost.png"))
     elif "run_dir" not in runs[0][0]:
-        raise ConfigError(f"{folders[0]}/runs.json names no run folders (an older train.py wrote it); run its "
-                          f"train.py command again with --init_from=resume")
+        raise ConfigError(f"{folders[0]}/runs.json names no run folders (an older train.py wrote "
+                          f"it); run its train.py command again with --init_from=resume")
     else:
-        write_files(runs[0], [read_json(os.path.join(folders[0], r["run_dir"], "metrics.jsonl"), lines=True)
-                              for r in runs[0]], out)
+        write_files(runs[0], [read_json(os.path.join(folders[0], r["run_dir"], "metrics.jsonl"),
+                                        lines=True) for r in runs[0]], out)
 
 
 if __name__ == "__main__":
