@@ -1,17 +1,20 @@
 """
-Prepare corpora for mixit: download (checksummed) or copy, tokenize (GPT-2 BPE through tiktoken, or
-bytes) and write data/<name>, which data.py reads.
+Prepare corpora for mixit: download (checksummed) or copy, tokenize (GPT-2 BPE through tiktoken,
+or bytes) and write data/<name>, which data.py reads.
 
   python prepare.py wikitext103 | wikitext2 | tinyshakespeare | yelp_polarity | sst2   # download
-  python prepare.py wikitext2 --src=PATH --bpe_dir=DIR     # an offline copy; GPT-2 BPE from DIR/gpt2.tiktoken
-  python prepare.py text --src=PATH [--name=mytext]      # any text file or folder; train with --task=mytext
-  options: --tokenizer=gpt2|bytes  --bpe_dir=DIR (or MIXIT_BPE_DIR)  --out_dir=data  --max_len=256  --name=NAME
+  python prepare.py wikitext2 --src=PATH --bpe_dir=DIR   # an offline copy, DIR/gpt2.tiktoken's BPE
+  python prepare.py text --src=PATH [--name=mytext]   # any text file or folder: --task=mytext
 
-Language modeling: {train,val,test}.bin uint16 token streams, an end-of-text token after every document (a WikiText
-article; a file of `text`); WikiText's lines also each tokenized alone, {split}_lines.bin and {split}_lines.npy
-(where each starts), for train.py --lm_rows=lines. Classification: {train,val}_{x,y}.npy. meta.json, written last,
-records the tokenizer, the counts and the source files with their sha256. Bad input ends in one line on stderr and
-exit status 2, leaving nothing half-written.
+  options: --tokenizer=gpt2|bytes  --bpe_dir=DIR (or MIXIT_BPE_DIR)  --out_dir=data  --max_len=256
+           --name=NAME
+
+Language modeling: {train,val,test}.bin uint16 token streams, an end-of-text token after every
+document (a WikiText article; a file of `text`); WikiText's lines also each tokenized alone,
+{split}_lines.bin and {split}_lines.npy (where each starts), for train.py --lm_rows=lines.
+Classification: {train,val}_{x,y}.npy. meta.json, written last, records the tokenizer, the counts
+and the source files with their sha256. Bad input ends in one line on stderr and exit status 2,
+leaving nothing half-written.
 """
 import csv
 import glob
@@ -33,56 +36,75 @@ from data import TASKS, TOKENIZERS, Tokenizer, encode_examples
 
 
 def _wikitext(url, md5, ext):
-    names = {s: (f"wiki.{s}.{ext}", f"{s}.txt") for s in ("train", "valid", "test")}
-    return dict(kind="lm", url=url, md5=md5, files=names, splits={"train": "train", "valid": "val", "test": "test"})
+    names = {split: (f"wiki.{split}.{ext}", f"{split}.txt") for split in ("train", "valid", "test")}
+    return dict(kind="lm", url=url, md5=md5, files=names,
+                splits={"train": "train", "valid": "val", "test": "test"})
 
 
-SOURCES = {  # public sources with their published checksums
+# Public sources, with their published checksums.
+SOURCES = {
     "wikitext103": _wikitext("https://wikitext.smerity.com/wikitext-103-raw-v1.zip",
                              "0ca3512bd7a238be4a63ce7b434f8935", "raw"),
     "wikitext2": _wikitext("https://wikitext.smerity.com/wikitext-2-v1.zip",
                            "542ccefacc6c27f945fb54453812b3cd", "tokens"),
-    "tinyshakespeare": dict(kind="lm", files={"input": ("input.txt",)}, splits={"input": "stream"},
-                            url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
-                            sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
-    # Yelp polarity: the public archive holds train.csv (560k) and test.csv (38k, evaluated as 'val'); the star-rated
-    # offline copy (yelp_reviews_stars) dev.csv and test.csv (5k each), which train and evaluate (rule in meta.json).
-    "yelp_polarity": dict(kind="classification", files={"train": ("train.csv", "dev.csv"), "test": ("test.csv",)},
-                          splits={"train": "train", "test": "val"}, md5="620c8ae4bd5a150b730f1ba9a7c6a4d3",
-                          url="https://drive.usercontent.google.com/download?id=0Bz8a_Dbh9QhbNUpYQ2N3SGlFaDg"
-                              "&export=download&confirm=t", archive="yelp_review_polarity_csv.tar.gz"),
-    "sst2": dict(kind="classification", files={"train": ("train.tsv",), "dev": ("dev.tsv",)},
-                 splits={"train": "train", "dev": "val"}, url="https://dl.fbaipublicfiles.com/glue/data/SST-2.zip",
-                 md5="9f81648d4199384278b86e315dac217c"),
+    "tinyshakespeare": dict(
+        kind="lm", files={"input": ("input.txt",)}, splits={"input": "stream"},
+        url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/"
+            "input.txt",
+        sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+    # Yelp polarity: the public archive holds train.csv (560k) and test.csv (38k, evaluated as
+    # 'val'); the star-rated offline copy (yelp_reviews_stars) dev.csv and test.csv (5k each),
+    # which train and evaluate (the rule in meta.json).
+    "yelp_polarity": dict(
+        kind="classification", files={"train": ("train.csv", "dev.csv"), "test": ("test.csv",)},
+        splits={"train": "train", "test": "val"}, md5="620c8ae4bd5a150b730f1ba9a7c6a4d3",
+        url="https://drive.usercontent.google.com/download?id=0Bz8a_Dbh9QhbNUpYQ2N3SGlFaDg"
+            "&export=download&confirm=t", archive="yelp_review_polarity_csv.tar.gz"),
+    "sst2": dict(
+        kind="classification", files={"train": ("train.tsv",), "dev": ("dev.tsv",)},
+        splits={"train": "train", "dev": "val"},
+        url="https://dl.fbaipublicfiles.com/glue/data/SST-2.zip",
+        md5="9f81648d4199384278b86e315dac217c"),
     "text": dict(kind="lm", files=None, splits={"input": "stream"}),
 }
 FORMATS = {"sst2": "UTF-8 tab-separated rows under a header naming label and sentence (or content)",
-           "yelp_polarity": 'UTF-8 CSV rows "label","text" with label 1 or 2, or text,label1,"Review Stars: s" '
-                            'under a header'}
-USER_AGENT = "Mozilla/5.0 (compatible; mixit prepare.py)"  # some hosts refuse urllib's own (Python-urllib/3.x)
+           "yelp_polarity": 'UTF-8 CSV rows "label","text" with label 1 or 2, '
+                            'or text,label1,"Review Stars: s" under a header'}
+# Some servers refuse urllib's own (Python-urllib/3.x).
+USER_AGENT = "Mozilla/5.0 (compatible; mixit prepare.py)"
 ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
-OPTIONS = {"src": "", "tokenizer": "gpt2", "bpe_dir": "", "out_dir": "data", "max_len": 256, "name": ""}
+OPTIONS = {"src": "", "tokenizer": "gpt2", "bpe_dir": "", "out_dir": "data", "max_len": 256,
+           "name": ""}
 RULES = {"tokenizer": OneOf(TOKENIZERS), "max_len": positive}
 
 
 def download(url, path, md5=None, sha256=None):
-    """Fetch url to path (progress on stderr) and check its recorded checksum; a failure is a ValueError, no file."""
-    tmp, digest, expected = path + ".part", hashlib.md5() if md5 else hashlib.sha256(), md5 or sha256
+    """Fetch url to path (progress on stderr) and check its recorded checksum; a failure is a
+    ValueError, and leaves no file."""
+    tmp = path + ".part"
+    digest = hashlib.md5() if md5 else hashlib.sha256()
+    expected = md5 or sha256
     try:
         request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
         with urllib.request.urlopen(request, timeout=30) as response, open(tmp, "wb") as f:
-            total, done = int(response.headers.get("Content-Length") or 0), 0
+            total = int(response.headers.get("Content-Length") or 0)
+            of_total = f" of {total / 1e6:.1f}" if total else ""
+            done = 0
             try:
-                while chunk := response.read(1 << 20):
+                while True:
+                    chunk = response.read(1 << 20)
+                    if not chunk:
+                        break
                     f.write(chunk)
                     digest.update(chunk)
                     done += len(chunk)
-                    print(f"\rdownloading {url}: {done / 1e6:.1f} MB" + (f" of {total / 1e6:.1f}" if total else ""),
-                          end="", file=sys.stderr, flush=True)
+                    print(f"\rdownloading {url}: {done / 1e6:.1f} MB{of_total}", end="",
+                          file=sys.stderr, flush=True)
             finally:
                 print(file=sys.stderr)  # ends the progress line
         if digest.hexdigest() != expected:
-            raise ValueError(f"{url} has checksum {digest.hexdigest()}, not the recorded {expected}")
+            raise ValueError(f"{url} has checksum {digest.hexdigest()}, "
+                             f"not the recorded {expected}")
         os.replace(tmp, path)
     except OSError as e:  # urllib's errors, timeouts included
         raise ValueError(f"downloading {url} failed ({type(e).__name__}: {e})") from None
@@ -94,17 +116,28 @@ def download(url, path, md5=None, sha256=None):
 def archive_members(path):
     """{basename: bytes} of the files inside a zip or tar archive."""
     if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as z:
-            return {os.path.basename(n): z.read(n) for n in z.namelist() if not n.endswith("/")}
-    with tarfile.open(path) as t:
-        return {os.path.basename(m.name): t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+        with zipfile.ZipFile(path) as archive:
+            return {os.path.basename(name): archive.read(name) for name in archive.namelist()
+                    if not name.endswith("/")}
+    with tarfile.open(path) as archive:
+        return {os.path.basename(member.name): archive.extractfile(member).read()
+                for member in archive.getmembers() if member.isfile()}
+
+
+def files_in(src):
+    """[src] for a file, else the files in the folder src and below it, sorted (glob leaves out
+    hidden ones)."""
+    if os.path.isfile(src):
+        return [src]
+    paths = glob.glob(os.path.join(src, "**", "*"), recursive=True)
+    return sorted(path for path in paths if os.path.isfile(path))
 
 
 def find_files(src, wanted):
-    """{role: (name, bytes)} of wanted ({role: basenames, first preferred}) in src: a folder or an archive."""
-    paths = sorted(glob.glob(os.path.join(src, "**", "*"), recursive=True)) if os.path.isdir(src) else [src]
+    """{role: (name, bytes)} of wanted ({role: basenames, first preferred}) in src: a folder or an
+    archive."""
     found = {}
-    for path in filter(os.path.isfile, paths):
+    for path in files_in(src):
         found.setdefault(os.path.basename(path), path)
         if path.endswith(ARCHIVES):
             for name, blob in archive_members(path).items():
@@ -112,8 +145,12 @@ def find_files(src, wanted):
     files = {}
     for role, names in wanted.items():
         name = next((n for n in names if n in found), None)
-        if name is not None:
-            files[role] = name, found[name] if isinstance(found[name], bytes) else open(found[name], "rb").read()
+        if name is None:
+            continue
+        blob = found[name]
+        if not isinstance(blob, bytes):
+            blob = open(blob, "rb").read()
+        files[role] = name, blob
     return files
 
 
@@ -127,15 +164,19 @@ def missing_dirs(path):
 
 
 def fetch(dataset, spec, src, folder):
-    """The source files of a dataset as {role: (name, bytes)}, and where they came from: --src, else
-    folder/raw, else a download into folder/raw (on failure nothing is left, not even the folders)."""
+    """The source files of a dataset as {role: (name, bytes)}, and where they came from: --src,
+    else folder/raw, else a download into folder/raw (on failure nothing is left, not even the
+    folders)."""
     raw = os.path.join(folder, "raw")
     archive = spec.get("archive") or os.path.basename(spec["url"])
     needs = ", ".join(" or ".join(names) for names in spec["files"].values())
-    needs += f" (or {archive})" if archive not in needs else ""
+    if archive not in needs:
+        needs += f" (or {archive})"
     if src:
         if os.path.isfile(src) and len(spec["files"]) == 1 and not src.endswith(ARCHIVES):
-            return {role: (os.path.basename(src), open(src, "rb").read()) for role in spec["files"]}, src
+            # one file, taken for the dataset's one file whatever its name
+            blob = open(src, "rb").read()
+            return {role: (os.path.basename(src), blob) for role in spec["files"]}, src
         files = find_files(src, spec["files"])
         if len(files) < len(spec["files"]):
             raise ValueError(f"--src={src} lacks some of the files {dataset} needs: {needs}")
@@ -146,26 +187,28 @@ def fetch(dataset, spec, src, folder):
     made = missing_dirs(raw)
     os.makedirs(raw, exist_ok=True)
     try:
-        download(spec["url"], os.path.join(raw, archive), md5=spec.get("md5"), sha256=spec.get("sha256"))
+        download(spec["url"], os.path.join(raw, archive), md5=spec.get("md5"),
+                 sha256=spec.get("sha256"))
         files = find_files(raw, spec["files"])
         if len(files) < len(spec["files"]):
             raise ValueError(f"{archive} lacks some of the files {dataset} needs")
     except ValueError as e:
         for path in made:
             os.rmdir(path)
-        raise ValueError(f"{dataset}: no local copy, and {e}; put {needs} in {raw}/ or pass --src=PATH "
-                         f"to a copy") from None
+        raise ValueError(f"{dataset}: no local copy, and {e}; put {needs} in {raw}/ or pass "
+                         f"--src=PATH to a copy") from None
     return files, spec["url"]
 
 
 def read_documents(src):
-    """The documents of `text` as {name: (name, bytes)}: one file, or every file of a folder (sorted)."""
-    paths = [src] if os.path.isfile(src) else sorted(p for p in glob.glob(os.path.join(src, "**", "*"), recursive=True)
-                                                     if os.path.isfile(p) and not os.path.basename(p).startswith("."))
+    """The documents of `text` as {name: (name, bytes)} (one file, or every file of a folder,
+    sorted), and src, where they came from."""
+    paths = files_in(src)
     if not paths:
         raise ValueError(f"--src={src}: no text files found")
-    names = [os.path.relpath(p, src) if p != src else os.path.basename(p) for p in paths]
-    return {name: (name, open(p, "rb").read()) for name, p in zip(names, paths)}
+    names = [os.path.relpath(path, src) if path != src else os.path.basename(path)
+             for path in paths]
+    return {name: (name, open(path, "rb").read()) for name, path in zip(names, paths)}, src
 
 
 def wikitext_text(file, blob):
@@ -181,58 +224,79 @@ def wikitext_articles(text):
 
 
 def read_sst2(blob):
-    """GLUE SST-2 TSV with a header, in either column order (sentence/content, label): texts, labels, rule."""
+    """GLUE SST-2 TSV with a header, in either column order (sentence/content, label): texts,
+    labels, rule."""
     rows = csv.reader(io.StringIO(blob.decode("utf-8")), delimiter="\t", quoting=csv.QUOTE_NONE)
     header = next(rows)
     text_col = next(i for i, h in enumerate(header) if h in ("sentence", "content"))
     rows = [r for r in rows if r]
-    return [r[text_col] for r in rows], [int(r[header.index("label")]) for r in rows], "label 0 negative, 1 positive"
+    labels = [int(r[header.index("label")]) for r in rows]
+    return [r[text_col] for r in rows], labels, "label 0 negative, 1 positive"
 
 
 def read_yelp(blob):
-    """Yelp polarity CSV ("label","text" with 1 negative, 2 positive), or star-rated reviews (text,label1,"Review
-    Stars: s") as in the offline copy: 1-2 stars negative, 4-5 positive, 3 dropped. Returns texts, labels, the rule."""
+    """Yelp polarity CSV ("label","text" with 1 negative, 2 positive), or star-rated reviews
+    (text,label1,"Review Stars: s") as in the offline copy: 1-2 stars negative, 4-5 positive, 3
+    dropped. Returns texts, labels, the rule."""
     rows = list(csv.reader(io.StringIO(blob.decode("utf-8"))))
     if rows[0][0] == "text":
         rated = [(r[0], float(r[2].split(":")[-1])) for r in rows[1:]]
-        return ([t for t, s in rated if s != 3], [int(s >= 4) for t, s in rated if s != 3],
+        return ([text for text, stars in rated if stars != 3],
+                [int(stars >= 4) for text, stars in rated if stars != 3],
                 "stars: 1-2 negative, 4-5 positive, 3 dropped")
     texts = [r[1].replace("\\n", "\n").replace('\\"', '"') for r in rows]
     return texts, [int(r[0]) - 1 for r in rows], "class 1 negative, 2 positive"
 
 
 def encode_rows(tok, texts, end=()):
-    """Each text's tokens, then end, in one uint16 stream; and where each row starts, and the last ends (rows + 1)."""
+    """Each text's tokens, then end, in one uint16 stream; and where each row starts, and the last
+    ends (rows + 1)."""
     rows = [np.asarray(ids + list(end), dtype=np.uint16) for i in range(0, len(texts), 1024)
             for ids in tok.encode_batch(texts[i:i + 1024])]
-    return (np.concatenate(rows) if rows else np.zeros(0, np.uint16)), np.cumsum([0] + [len(r) for r in rows])
+    stream = np.concatenate(rows) if rows else np.zeros(0, np.uint16)
+    return stream, np.cumsum([0] + [len(r) for r in rows])
 
 
-def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", max_len=256, name=None):
-    """Tokenize a corpus into out_dir/<name> (the files above); meta.json last, so it marks a complete folder."""
+def write_npy(path, array):
+    """array saved at path, atomically, as a .npy file (no pickled objects)."""
+    write_atomic(path, lambda f: np.save(f, array, allow_pickle=False))
+
+
+def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", max_len=256,
+            name=None):
+    """Tokenize a corpus into out_dir/<name> (the files above); meta.json last, so it marks a
+    complete folder."""
     check_request(dataset, src, name)
-    spec, folder = SOURCES[dataset], os.path.join(out_dir, name or dataset)
+    spec = SOURCES[dataset]
+    folder = os.path.join(out_dir, name or dataset)
     tok = Tokenizer(tokenizer, bpe_dir)
-    files, origin = (read_documents(src), src) if dataset == "text" else fetch(dataset, spec, src, folder)
+    files, origin = read_documents(src) if dataset == "text" else fetch(dataset, spec, src, folder)
     made = missing_dirs(folder)
     os.makedirs(folder, exist_ok=True)
-    if os.path.exists(os.path.join(folder, "meta.json")):
-        os.remove(os.path.join(folder, "meta.json"))  # a folder being rewritten is not prepared
-    sources = {spec["splits"].get(role, role): {"file": file, "sha256": hashlib.sha256(blob).hexdigest()}
-               for role, (file, blob) in files.items()}  # by split: train, val, test, or stream (text: by file)
-    meta = {"dataset": dataset, "kind": spec["kind"], "tokenizer": tok.name, "vocab_size": tok.n_vocab,
-            "eot": tok.eot, "source": origin, "source_files": sources}
+    meta_path = os.path.join(folder, "meta.json")
+    # a folder being rewritten is not prepared
+    if os.path.exists(meta_path):
+        os.remove(meta_path)
+    # by split: train, val, test, or stream (text: by file)
+    sources = {spec["splits"].get(role, role): {"file": file,
+                                                "sha256": hashlib.sha256(blob).hexdigest()}
+               for role, (file, blob) in files.items()}
+    meta = {"dataset": dataset, "kind": spec["kind"], "tokenizer": tok.name,
+            "vocab_size": tok.n_vocab, "eot": tok.eot, "source": origin, "source_files": sources}
     try:
         if spec["kind"] == "lm":
             meta.update(write_lm(tok, spec, files, folder))
         else:
-            meta.update(max_len=max_len, n_classes=2, pad_id=tok.eot, labels=["negative", "positive"])
-            meta["examples"], meta["label_rule"] = write_classification(tok, dataset, spec, files, folder, max_len)
-    except ValueError:  # unreadable source files: a folder made here goes again
+            meta.update(max_len=max_len, n_classes=2, pad_id=tok.eot,
+                        labels=["negative", "positive"])
+            meta["examples"], meta["label_rule"] = write_classification(tok, dataset, spec, files,
+                                                                        folder, max_len)
+    except ValueError:
+        # unreadable source files: a folder made here goes again
         if made:
             shutil.rmtree(made[-1])
         raise
-    write_atomic(os.path.join(folder, "meta.json"), lambda f: f.write(json.dumps(meta, indent=1).encode()))
+    write_atomic(meta_path, lambda f: f.write(json.dumps(meta, indent=1).encode()))
     return folder, meta
 
 
@@ -243,8 +307,8 @@ def check_request(dataset, src, name):
     if name and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
         raise ValueError(f"--name={name!r}: a folder name of letters, digits, '_', '.' and '-'")
     if name and name.partition("_")[0] in TASKS:
-        raise ValueError(f"--name={name!r} would read as the algorithmic task {name.partition('_')[0]}_N; "
-                         f"choose another name")
+        raise ValueError(f"--name={name!r} would read as the algorithmic task "
+                         f"{name.partition('_')[0]}_N; choose another name")
     if dataset == "text" and not src:
         raise ValueError("text needs --src=PATH: a text file or a folder of text files")
     if src and not os.path.exists(src):
@@ -252,60 +316,73 @@ def check_request(dataset, src, name):
 
 
 def write_lm(tok, spec, files, folder):
-    """{split}.bin token streams, one cut 90% train / 10% val or WikiText's splits (an end-of-text token after each
-    article), and WikiText's lines each tokenized alone ({split}_lines.bin, .npy where each starts); meta's counts."""
+    """{split}.bin token streams, one cut 90% train / 10% val or WikiText's splits (an end-of-text
+    token after each article), and WikiText's lines each tokenized alone ({split}_lines.bin, .npy
+    where each starts); meta's counts."""
     if spec["splits"] == {"input": "stream"}:
-        stream = encode_rows(tok, [blob.decode("utf-8", errors="replace") for _, blob in files.values()], [tok.eot])[0]
+        texts = [blob.decode("utf-8", errors="replace") for _, blob in files.values()]
+        stream = encode_rows(tok, texts, [tok.eot])[0]
         cut = int(0.9 * len(stream))
-        splits, lines = {"train": stream[:cut], "val": stream[cut:]}, {}
+        splits = {"train": stream[:cut], "val": stream[cut:]}
+        lines = {}
     else:
-        texts = {spec["splits"][role]: wikitext_text(file, blob) for role, (file, blob) in files.items()}
-        splits = {split: encode_rows(tok, wikitext_articles(text), [tok.eot])[0] for split, text in texts.items()}
-        lines = {split: encode_rows(tok, [line if line.strip() else "" for line in text.splitlines(keepends=True)])
-                 for split, text in texts.items()}  # the paper's rows: a blank line is an empty row
+        texts = {spec["splits"][role]: wikitext_text(file, blob)
+                 for role, (file, blob) in files.items()}
+        splits = {split: encode_rows(tok, wikitext_articles(text), [tok.eot])[0]
+                  for split, text in texts.items()}
+        # the paper's rows: a blank line is an empty row
+        lines = {split: encode_rows(tok, [line if line.strip() else ""
+                                          for line in text.splitlines(keepends=True)])
+                 for split, text in texts.items()}
     for split, tokens in splits.items():
         write_atomic(os.path.join(folder, f"{split}.bin"), tokens.tofile)
     for split, (tokens, starts) in lines.items():
         write_atomic(os.path.join(folder, f"{split}_lines.bin"), tokens.tofile)
-        write_atomic(os.path.join(folder, f"{split}_lines.npy"), lambda f: np.save(f, starts, allow_pickle=False))
+        write_npy(os.path.join(folder, f"{split}_lines.npy"), starts)
     counts = {"tokens": {split: int(len(tokens)) for split, tokens in splits.items()}}
-    return counts | ({"lines": {s: len(st) - 1 for s, (_, st) in lines.items()},
-                      "line_tokens": {s: int(len(t)) for s, (t, _) in lines.items()}} if lines else {})
+    if lines:
+        counts["lines"] = {split: len(starts) - 1 for split, (_, starts) in lines.items()}
+        counts["line_tokens"] = {split: int(len(tokens)) for split, (tokens, _) in lines.items()}
+    return counts
 
 
 def write_classification(tok, dataset, spec, files, folder, max_len):
-    """{split}_x.npy (n, max_len) token ids and {split}_y.npy labels; returns {split: examples}, label rule."""
+    """{split}_x.npy (n, max_len) token ids and {split}_y.npy labels; returns {split: examples},
+    the label rule."""
     reader = read_sst2 if dataset == "sst2" else read_yelp
-    examples, rules = {}, set()
+    examples = {}
+    rules = set()
     for role, (file, blob) in files.items():
         split = spec["splits"][role]
         try:
             texts, labels, rule = reader(blob)
-        except (ValueError, IndexError, StopIteration, csv.Error) as e:  # UnicodeDecodeError is a ValueError
+        except (ValueError, IndexError, StopIteration, csv.Error) as e:
+            # a file that is not UTF-8 too: UnicodeDecodeError is a ValueError
             raise ValueError(f"{file} is not a {dataset} file ({type(e).__name__}: {e}); expected "
                              f"{FORMATS[dataset]}") from None
         if not set(labels) <= {0, 1}:
             raise ValueError(f"{file} has labels outside the two classes ({rule})")
         x, keep = encode_examples(tok, texts, max_len)
-        for part, array in (("x", x[keep]), ("y", np.asarray(labels, dtype=np.uint8)[keep])):
-            write_atomic(os.path.join(folder, f"{split}_{part}.npy"), lambda f: np.save(f, array, allow_pickle=False))
+        write_npy(os.path.join(folder, f"{split}_x.npy"), x[keep])
+        write_npy(os.path.join(folder, f"{split}_y.npy"), np.asarray(labels, dtype=np.uint8)[keep])
         examples[split] = int(keep.sum())
         rules.add(rule)
     return examples, "; ".join(sorted(rules))
 
 
 def main(argv):
-    """python prepare.py DATASET [--key=value ...]: prepare the corpus and print what was written."""
+    """python prepare.py DATASET [--key=value ...]: prepare the corpus, print what was written."""
     if not argv or argv[0].startswith("--"):
-        raise ConfigError(f"usage: python prepare.py DATASET [--key=value]; datasets: {', '.join(SOURCES)}")
+        raise ConfigError(f"usage: python prepare.py DATASET [--key=value]; datasets: "
+                          f"{', '.join(SOURCES)}")
     options = configure(OPTIONS, argv[1:], RULES, files=False)
     try:
         folder, meta = prepare(argv[0], **options)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     unit = "tokens" if meta["kind"] == "lm" else "examples"
-    print(f"wrote {folder}: " + ", ".join(f"{split} {n:,} {unit}" for split, n in meta[unit].items())
-          + f" ({meta['tokenizer']}, vocab {meta['vocab_size']})")
+    counts = ", ".join(f"{split} {n:,} {unit}" for split, n in meta[unit].items())
+    print(f"wrote {folder}: {counts} ({meta['tokenizer']}, vocab {meta['vocab_size']})")
 
 
 if __name__ == "__main__":
