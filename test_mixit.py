@@ -3625,11 +3625,12 @@ def test_a_step_that_scores_nothing_leaves_the_weights_and_the_mean_counts_token
     def recorded(model, batches, counts, agreement, optimizer, *rest):
         before = [p.detach().clone() for p in model.parameters()] + [s.clone() for state in optimizer.state.values()
                                                                        for s in state.values()]
-        loss, norm, agreed = step(model, batches, counts, agreement, optimizer, *rest)
+        result = step(model, batches, counts, agreement, optimizer, *rest)
         after = [p.detach() for p in model.parameters()] + [s for state in optimizer.state.values()
                                                             for s in state.values()]
-        steps.append((agreed[0], loss.item(), len(before) == len(after) and all(map(torch.equal, before, after))))
-        return loss, norm, agreed
+        unchanged = len(before) == len(after) and all(map(torch.equal, before, after))
+        steps.append((result.agreed[0], result.loss_sum.item(), unchanged))
+        return result
     monkeypatch.setattr(train, "train_step", recorded)
     assert run_train(tmp_path, "--task=induction_2", "--batch_size=1", "--max_iters=12", "--eval_interval=12",
                      "--log_interval=1", "--compile=False", "--attn=softmax", "--n_layer=1", "--n_embd=16") == 0
