@@ -3,12 +3,20 @@ MixiT and its baselines in one file: which trainable parts of a transformer matt
 Dong, Noci, Khodak, Li, "Attention Retrieves, MLP Memorizes" / "Is Random Attention Sufficient for
 Sequence Modeling?" (arXiv 2506.01115).
 
-attn="softmax"         a Llama-style transformer: pre-RMSNorm, RoPE, causal softmax, SwiGLU, biases, untied head
+attn="softmax"         a Llama-style transformer: pre-RMSNorm, RoPE, causal softmax, SwiGLU, biases,
+                       an untied head
 attn="frozen_qk"       the same forward; W_Q, W_K (and their zero biases) stay at their random init
-attn="mixing"          MixiT: each layer's attention is a fixed random (H, T, T) matrix; no W_Q, W_K or RoPE
-attn="learned_mixing"  MixiT's matrix as a trained parameter: attention that learns but never reads its input
-attn="mmsm"            one letter per layer (s softmax, f frozen_qk, m mixing, l learned_mixing): a hybrid
-freeze="mlp"           every MLP stays at its init;  freeze="blocks": only the embeddings, final norm and head train
+attn="mixing"          MixiT: each layer's attention is a fixed random (H, T, T) matrix; no W_Q, W_K
+                       or RoPE
+attn="learned_mixing"  MixiT's matrix as a trained parameter: attention that learns but never reads
+                       its input
+attn="mmsm"            one letter per layer (s softmax, f frozen_qk, m mixing, l learned_mixing):
+                       a hybrid
+freeze="mlp"           every MLP stays at its init
+freeze="blocks"        only the embeddings, the final norm and the head train
+
+The paper's model comes first. Further down, a divider marks where the study's options and the
+machinery (random numbers, the chunked loss, the KV cache, FLOP counts, generation) begin.
 """
 import math
 from dataclasses import dataclass
@@ -19,96 +27,566 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 ATTNS = ("softmax", "frozen_qk", "mixing", "learned_mixing")
-LETTERS = {"s": "softmax", "f": "frozen_qk", "m": "mixing", "l": "learned_mixing"}
-MIXING = ("mixing", "learned_mixing")  # attention that never reads its input
-FREEZES = ("", "mlp", "blocks")
-QK_INITS = ("paper", "reference")
-PARAMETRIZATIONS = ("auto", "mixit", "standard")
-MIXIT_PARTS = ("residual", "activation", "multipliers", "positions")  # MixiT's parametrization, part by part
-POOLS, PADS, CENTRINGS = ("mean", "last"), ("masked", "attended"), ("mean", "reference")  # classifier options
-FIXED_HEADS = {"": "random", "mean": "the prefix mean", "previous": "the previous token"}  # MixiT's head 1
-LOSS_CHUNK = 2 ** 27  # the loss's float32 logits made this many at a time (512 MiB: 2,668 positions of GPT-2 BPE)
+# attention that never reads its input
+MIXING = ("mixing", "learned_mixing")
 
 
 @dataclass
-class MixiTConfig:  # the paper's variants need only the fields down to mix_beta; study options follow them
+class MixiTConfig:
+    """The model. The paper's models need only the fields down to mix_beta; the study's options
+    follow, each at the paper's value by default."""
     vocab_size: int = 64
     block_size: int = 32
     n_layer: int = 2
     n_head: int = 4
     n_embd: int = 128
-    attn: str = "softmax"  # softmax | frozen_qk | mixing | learned_mixing, or one letter per layer: "mmsm"
-    freeze: str = ""  # "" | mlp (Frozen-MLP) | blocks (the random transformer)
+    # softmax | frozen_qk | mixing | learned_mixing, or one letter per layer, as "mmsm"
+    attn: str = "softmax"
+    # what else keeps its random init: "" nothing | mlp (Frozen-MLP) | blocks (the random
+    # transformer: only the embeddings, the final norm and the head train)
+    freeze: str = ""
     causal: bool = True
-    n_classes: int = 0  # 0: a language model over the vocabulary; > 0: a sequence classifier
-    pad_id: int = -1  # classifier: the padding token, never pooled
-    seed: int = 0  # every random init: trained weights, frozen weights, mixing matrices
-    bias: bool = True  # every projection has a bias, as in the reference trainers
+    # 0: a language model over the vocabulary; more: a sequence classifier over n_classes
+    n_classes: int = 0
+    # a classifier's padding token, never pooled
+    pad_id: int = -1
+    # every random init comes from it: trained weights, frozen weights, mixing matrices
+    seed: int = 0
+    # every projection has a bias, as in the reference trainers
+    bias: bool = True
     rope_theta: float = 10000.0
-    init_std: float = 0.02  # every trained linear weight is N(0, init_std^2), as in the reference code
-    qk_init: str = "paper"  # frozen_qk's frozen W_Q, W_K: paper N(0, 1/n_embd); reference N(0, init_std^2)
-    parametrization: str = "auto"  # mixit | standard | auto: MixiT's when any layer mixes
-    base_width: float = 512.0  # MixiT's parametrization: a linear of fan-in d is multiplied by sqrt(base_width / d)
-    base_ffn: float = 1.0  # MixiT's parametrization: the down projection is multiplied by sqrt(base_ffn / 4d)
-    skip: float = math.sqrt(0.5)  # MixiT's parametrization: h = skip*h + sqrt(1 - skip^2)*f(h)
-    cminus: float = -1.0  # MixiT's parametrization: the shaped activation's slope is 1 + cminus/sqrt(d)
-    mix_beta: float = 1.0  # mixing: scale of the centred noise around the identity
-    # Study options (defaults: mixit's model; RESULTS.md's departures from the reference); what sets other values:
-    standard_parts: str = ""  # these parts of MixiT's parametrization standard (MIXIT_PARTS): capacity_cpu, depth_cpu
-    sigma_min: float = 0.0  # mixing: the noise std's lowest value (0: 1/sqrt(T d_h), the paper's): heads_cpu's comment
-    fixed_head: str = ""  # mixing's head 1: "" random | mean (prefix mean) | previous (token): --express, *_cpu presets
-    centring: str = "mean"  # non-causal mixing: rows centred on their mean | reference: row sum / (i+1): yelp_paper
-    pool: str = "mean"  # classifier: mean of the real tokens | last: the last real token (the reference): yelp_paper
-    pads: str = "masked"  # classifier: masked out of attention | attended, embedding held at 0 (reference): yelp_paper
-    depth_alpha: float = 0.0  # > 0: every model h = h + (base_depth/n_layer)^alpha f(h), MixiT's A without I; with
-    base_depth: float = 4.0  # base_depth, as the reference's LM launchers run MixiT (lm_paper's, lm_cpu's comments)
+    # every trained linear weight is drawn N(0, init_std^2), as in the reference code
+    init_std: float = 0.02
+    # frozen_qk's frozen W_Q, W_K are drawn N(0, 1/n_embd) as the paper says | reference:
+    # N(0, init_std^2), as the reference code does
+    qk_init: str = "paper"
+    # mixit: MixiT's parametrization (the next four fields) | standard | auto: MixiT's where any
+    # layer mixes
+    parametrization: str = "auto"
+    # a linear layer of fan-in d has its output multiplied by sqrt(base_width / d)
+    base_width: float = 512.0
+    # the MLP's down projection has its output multiplied by sqrt(base_ffn / 4d)
+    base_ffn: float = 1.0
+    # the residual stream h = skip h + sqrt(1 - skip^2) f(h)
+    skip: float = math.sqrt(0.5)
+    # the shaped activation's slope is 1 + cminus / sqrt(d)
+    cminus: float = -1.0
+    # mixing: the scale of the centred noise around the identity
+    mix_beta: float = 1.0
+    # The study's options, read by the code after the divider.
+    # these parts of MixiT's parametrization made standard: a comma list of MIXIT_PARTS
+    standard_parts: str = ""
+    # mixing: the noise std's lowest value (0: the paper's 1/sqrt(T head_dim))
+    sigma_min: float = 0.0
+    # mixing's head 1: "" noise, as the paper | mean: the prefix mean | previous: the previous token
+    fixed_head: str = ""
+    # non-causal mixing: each row centred on its mean | reference: on its sum / (i + 1), as the
+    # authors' code does
+    centring: str = "mean"
+    # a classifier reads the mean of its real tokens | last: its last real token, as the reference
+    pool: str = "mean"
+    # a classifier's padding is masked out of attention | attended: attention sees it, its
+    # embedding held at 0, as the reference
+    pads: str = "masked"
+    # > 0: every model's residual stream h = h + (base_depth / n_layer)^depth_alpha f(h), and
+    # MixiT's A without its I, as the reference's language-model launchers run MixiT
+    depth_alpha: float = 0.0
+    base_depth: float = 4.0
+
     @property
     def layer_attn(self):
-        """Each layer's attention: attn in every layer, or one letter per layer ('mmsm'); else a ValueError."""
-        if self.attn not in ATTNS and (len(self.attn) != self.n_layer or set(self.attn) - set(LETTERS)):
-            raise ValueError(f"unknown attn {self.attn!r}; valid: {', '.join(ATTNS)}, or one letter per layer for "
-                             f"n_layer={self.n_layer} (s softmax, f frozen_qk, m mixing, l learned_mixing)")
-        return [self.attn] * self.n_layer if self.attn in ATTNS else [LETTERS[c] for c in self.attn]
+        """Each layer's attention: attn in every layer, or one letter per layer ('mmsm'); else a
+        ValueError."""
+        if self.attn in ATTNS:
+            return [self.attn] * self.n_layer
+        if len(self.attn) != self.n_layer or set(self.attn) - set(LETTERS):
+            raise ValueError(f"unknown attn {self.attn!r}; valid: {', '.join(ATTNS)}, or one "
+                             f"letter per layer for n_layer={self.n_layer} (s softmax, "
+                             "f frozen_qk, m mixing, l learned_mixing)")
+        return [LETTERS[c] for c in self.attn]
 
     @property
     def mixit_param(self):
-        """MixiT's parametrization: residual scaling, shaped activation, width multipliers, learned positions."""
-        return self.parametrization == "mixit" or (self.parametrization == "auto" and
-                                                   any(a in MIXING for a in self.layer_attn))
+        """MixiT's parametrization: residual scaling, shaped activation, width multipliers, learned
+        positions."""
+        if self.parametrization == "auto":
+            return any(a in MIXING for a in self.layer_attn)
+        return self.parametrization == "mixit"
 
     def mixit_part(self, part):
-        """One part of MixiT's parametrization: on where the parametrization is, unless standard_parts names it."""
+        """One part of MixiT's parametrization: on where the parametrization is, unless
+        standard_parts names it."""
         return self.mixit_param and part not in self.standard_parts.split(",")
 
     def __post_init__(self):
-        """Validated as it is made: raise ValueError naming what is valid."""
-        least = dict.fromkeys(("vocab_size", "block_size", "n_head", "n_embd"), 1) | {"n_layer": 0}
-        for name, low in least.items():  # n_layer 0: embeddings, norm and head alone (a bigram, a bag of words)
-            if getattr(self, name) < low:
-                raise ValueError(f"{name} must be {'positive' if low else '0 or more'}, got {getattr(self, name)}")
-        for name, valid in (("freeze", FREEZES), ("qk_init", QK_INITS), ("parametrization", PARAMETRIZATIONS),
-                            ("pool", POOLS), ("pads", PADS), ("centring", CENTRINGS), ("fixed_head", FIXED_HEADS)):
-            if getattr(self, name) not in valid:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: "
-                                 + ", ".join(repr(v) if v == "" else v for v in valid))
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
-        if any(a not in MIXING for a in self.layer_attn) and (self.n_embd // self.n_head) % 2:  # attn checked
-            raise ValueError(f"rotary embeddings need an even head size, got {self.n_embd // self.n_head}")
-        if self.fixed_head and self.n_head < 2:
-            raise ValueError(f"fixed_head needs n_head >= 2 (head 0 is the sink, head 1 the fixed), got {self.n_head}")
-        if bad := set(filter(None, self.standard_parts.split(","))) - set(MIXIT_PARTS):
-            raise ValueError(f"unknown standard_parts {min(bad)!r}; valid: a comma list of " + ", ".join(MIXIT_PARTS))
-        if self.seed < 0 or not 0.0 <= self.skip <= 1.0:
-            raise ValueError(f"skip must lie in [0, 1] and seed be >= 0, got skip={self.skip}, seed={self.seed}")
+        check_config(self)
 
 
-# ----------------------------------------------------------------------------- fixed random numbers from integers
+# ------------------------------------------------------------------ MixiT's fixed random attention
+
+def mixing_matrix(T, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=None, **options):
+    """MixiT's fixed attention less its identity, A_h - I, as (n_head, T, T) float32. Head 0 is the
+    sink head. Every other head is A_h = I + beta (N_h - rowmean N_h), with noise
+    N_h[i, j] ~ N(0, sigma_h^2) where j <= i (causal), centred on its row's mean: the rows of A_h
+    sum to 1. sigma_h is drawn uniform between 1/sqrt(T head_dim) and 1/sqrt(T), head by head.
+    options: the study's departures (MixingOptions, after the divider); none by default."""
+    study = MixingOptions(**options)
+    mixing_delta = torch.zeros(n_head, T, T, device=device)
+    # each head's noise std lies between these two (the study's sigma_min may raise the lower)
+    sigma_low = study.sigma_min or 1 / math.sqrt(T * head_dim)
+    sigma_high = 1 / math.sqrt(T)
+    for h in range(1, n_head):
+        # sigma_h uniform from the seed; the study's A_h without its identity has the higher
+        uniform = hash32(seed_key(*seed, h, 0)) * 2.0 ** -32
+        sigma = sigma_low + uniform * (sigma_high - sigma_low) if study.identity else sigma_high
+        # The matrix is made rows first..last-1 at a time, on the device that uses it: the hashed
+        # noise's temporaries stay small. Causal rows reach the columns up to the last row only.
+        for first in range(0, T, study.rows):
+            last = min(first + study.rows, T)
+            cols = last if causal else T
+            i = torch.arange(first, last, device=device).view(-1, 1)
+            future = (torch.arange(cols, device=device) > i) & causal
+            noise = sigma * hashed_normals(i, cols, T, seed_key(*seed, h, 1))
+            noise = noise.masked_fill(future, 0.0)
+            # each row's mean over the entries it has: j <= i where causal, else all T (the study's
+            # centring=reference: i + 1 there too)
+            count = i + 1 if causal or study.centring == "reference" else T
+            centred = noise - noise.sum(-1, keepdim=True) / count
+            mixing_delta[h, first:last, :cols] = beta * centred.masked_fill(future, 0.0)
+    eye = torch.eye(T, device=device)
+    if not study.identity:
+        # the study's A_h itself: the identity rides on depth_alpha's unscaled skip instead
+        mixing_delta[1:].diagonal(dim1=1, dim2=2).sub_(1.0)
+    # Head 0 is the sink head the authors' code adds, A_0 = I/2 + (token 0)/2: every token keeps
+    # half of itself and takes half of token 0 (row 0 holds only its own half).
+    sink_head = eye / 2
+    sink_head[1:, 0] = 0.5
+    mixing_delta[0] = sink_head - eye
+    if study.fixed_head:
+        # the study's head 1: a known pattern instead of noise
+        mixing_delta[1] = fixed_patterns(T, causal, device)[study.fixed_head] - eye
+    return mixing_delta
+
+
+# ------------------------------------------------------------------------- the three attentions
+
+class Attention(nn.Module):
+    """What every attention has: n_head heads of head_dim channels, and W_O after them."""
+
+    def __init__(self, config, layer):
+        super().__init__()
+        self.kind = config.layer_attn[layer]
+        self.n_head = config.n_head
+        self.head_dim = config.n_embd // config.n_head
+        self.layer = layer
+        self.causal = config.causal
+
+    def heads(self, z):
+        """(B, t, n * C) -> n tensors (B, H, t, hd)."""
+        return z.unflatten(-1, (-1, self.head_dim)).transpose(1, 2).split(self.n_head, dim=1)
+
+
+class SoftmaxAttention(Attention):
+    """Softmax attention with rotary positions, softmax(Q K^T / sqrt(hd)) V. frozen_qk: the same,
+    with W_Q and W_K kept at their random init while W_V trains."""
+
+    def __init__(self, config, layer):
+        super().__init__(config, layer)
+        C = config.n_embd
+        if self.kind == "softmax":
+            # W_Q, W_K, W_V in one matmul
+            self.qkv = nn.Linear(C, 3 * C, config.bias)
+        else:
+            # W_Q and W_K in one matmul, frozen, and W_V apart. The paper draws the frozen two
+            # N(0, 1/C); qk_init=reference draws them N(0, init_std^2) like every other weight.
+            self.qk = nn.Linear(C, 2 * C, config.bias).requires_grad_(False)
+            if config.qk_init == "paper":
+                self.qk.init_std = 1 / math.sqrt(C)
+            self.v = nn.Linear(C, C, config.bias)
+        self.rotary = Rotary(self.head_dim, config.block_size, config.rope_theta)
+        self.o = ScaledLinear(config, C, C)
+
+    def forward(self, x, cache=None, pad_mask=None):
+        """x (B, t, C) at positions pos.. (pos: what the cache holds) -> (B, t, C)."""
+        pos = 0 if cache is None else cache.pos
+        q, k, v = self.qkv_heads(x, pos)
+        if cache is not None:
+            k, v = cache.update(self.layer, k, v)
+        y = self.attend(q, k, v, pad_mask, pos)
+        # the heads side by side, through W_O
+        return self.o(y.transpose(1, 2).flatten(2))
+
+    def qkv_heads(self, x, pos):
+        """Queries and keys (rotated) and values of x (B, t, C), each (B, H, t, hd)."""
+        if self.kind == "softmax":
+            q, k, v = self.heads(self.qkv(x))
+        else:
+            q, k, v = self.heads(self.qk(x)) + self.heads(self.v(x))
+        return self.rotary(q, pos), self.rotary(k, pos), v
+
+    def attend(self, q, k, v, pad_mask, pos):
+        """Queries q (B, H, t, hd) at positions pos.. against keys and values at 0..:
+        (B, H, t, hd)."""
+        t = q.size(2)
+        # the keys that are not padding
+        mask = None if pad_mask is None else pad_mask[:, None, None]
+        # a single new query sees every cached key
+        causal = self.causal and t > 1
+        if causal and pos:
+            # new queries against all keys: the causal mask aligned to the bottom right
+            mask = torch.ones(t, pos + t, dtype=torch.bool, device=q.device).tril(pos)
+            causal = False
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+
+
+class MixingAttention(Attention):
+    """MixiT's attention, A V: a fixed random matrix A per head (mixing_matrix) that never reads its
+    input. No W_Q, W_K or positions; a classifier's masked pads carry no value."""
+
+    def __init__(self, config, layer, device=None, mixing_dtype=torch.float32):
+        super().__init__(config, layer)
+        C = config.n_embd
+        mixing_delta = mixing_matrix(config.block_size, self.n_head, self.head_dim, config.causal,
+                                     config.mix_beta, (config.seed, 1, layer), device,
+                                     **mixing_options(config))
+        # A - I: a function of the seed, rebuilt rather than saved, cast once to the compute dtype
+        self.register_buffer("mixing", mixing_delta.to(mixing_dtype), persistent=False)
+        self.v = ScaledLinear(config, C, C)
+        self.o = ScaledLinear(config, C, C)
+
+    def forward(self, x, cache=None, pad_mask=None):
+        """x (B, t, C) at positions pos.. (pos: what the cache holds) -> (B, t, C)."""
+        t = x.size(1)
+        pos = 0 if cache is None else cache.pos
+        v = self.v(x)
+        if pad_mask is not None:
+            # padding carries no value
+            v = v * pad_mask[..., None]
+        (v,) = self.heads(v)
+        if cache is not None:
+            _, v = cache.update(self.layer, None, v)
+        # A V = V + (A - I) V, one product a head (P @ v would copy P for every sequence)
+        mixed = torch.einsum("hts,bhsd->bhtd", self.mixing_rows(pos, t).to(v.dtype), v)
+        y = v[:, :, -t:] + mixed
+        # the heads side by side, through W_O
+        return self.o(y.transpose(1, 2).flatten(2))
+
+    def mixing_rows(self, pos, t):
+        """Rows pos..pos+t-1 of A - I, (H, t, pos+t): the same for every input."""
+        return self.mixing[:, pos:pos + t, :pos + t]
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (rotate-half convention) for positions [0, block_size)."""
+
+    def __init__(self, head_dim, block_size, theta):
+        super().__init__()
+        # (hd/2,) frequencies, (T, hd/2) angles, (T, hd) their cosines and sines
+        inv_freq = theta ** -(torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq)
+        self.register_buffer("cos", angles.cos().repeat(1, 2), persistent=False)
+        self.register_buffer("sin", angles.sin().repeat(1, 2), persistent=False)
+
+    def forward(self, x, pos):
+        """x (B, H, t, hd) at positions pos.., each pair of channels rotated by its angle, in
+        float32."""
+        t = x.size(2)
+        x32 = x.float()
+        x1, x2 = x32.chunk(2, dim=-1)
+        rotated = x32 * self.cos[pos:pos + t] + torch.cat((-x2, x1), dim=-1) * self.sin[pos:pos + t]
+        return rotated.to(x.dtype)
+
+
+# --------------------------------------------------------------------------- the rest of the model
+
+class MLP(nn.Module):
+    """SwiGLU, or MixiT's shaped gated MLP: a near-linear leaky ReLU gate of slope
+    1 + cminus / sqrt(C), times the gain that keeps the variance (torch's
+    calculate_gain('leaky_relu'))."""
+
+    def __init__(self, config):
+        super().__init__()
+        C = config.n_embd
+        # W_G and W_U in one matmul
+        self.gate_up = ScaledLinear(config, C, 8 * C)
+        self.down = ScaledLinear(config, 4 * C, C, config.base_ffn)
+        self.shaped = config.mixit_part("activation")
+        self.slope = 1 + config.cminus / math.sqrt(C)
+        self.gain = math.sqrt(2 / (1 + self.slope ** 2))
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        if self.shaped:
+            return self.down(self.gain * F.leaky_relu(gate, self.slope) * up)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, config, layer, device=None, mixing_dtype=torch.float32):
+        super().__init__()
+        kind = config.layer_attn[layer]
+        self.norm1 = RMSNorm(config.n_embd)
+        if kind == "mixing":
+            self.attn = MixingAttention(config, layer, device, mixing_dtype)
+        elif kind == "learned_mixing":
+            self.attn = LearnedMixingAttention(config, layer, device)
+        else:
+            self.attn = SoftmaxAttention(config, layer)
+        self.norm2 = RMSNorm(config.n_embd)
+        self.mlp = MLP(config)
+        # MixiT's residual scaling, h = skip_scale h + branch_scale f(h) with
+        # skip_scale^2 + branch_scale^2 = 1, keeps the hidden norm constant in depth. Without it the
+        # residual is a plain sum, or the study's depth_alpha scales the branch.
+        preserving = config.mixit_part("residual") and not config.depth_alpha
+        self.skip_scale = config.skip if preserving else 1.0
+        self.branch_scale = math.sqrt(1 - config.skip ** 2) if preserving else depth_scale(config)
+        # what keeps its random init: the MLP (Frozen-MLP) or the whole block (the random
+        # transformer)
+        if config.freeze == "mlp":
+            self.mlp.requires_grad_(False)
+        if config.freeze == "blocks":
+            self.requires_grad_(False)
+
+    def forward(self, x, cache=None, pad_mask=None):
+        x = self.skip_scale * x + self.branch_scale * self.attn(self.norm1(x), cache, pad_mask)
+        return self.skip_scale * x + self.branch_scale * self.mlp(self.norm2(x))
+
+
+class ScaledLinear(nn.Linear):
+    """MixiT's linear layer: its output, bias included, multiplied by the width multiplier
+    sqrt(base / fan_in) (base_width unless given), so that the layers keep their scale as the width
+    grows. The multiplier is 1 where the parametrization is standard."""
+
+    def __init__(self, config, fan_in, fan_out, base=None, bias=True):
+        super().__init__(fan_in, fan_out, bias and config.bias)
+        scaled = config.mixit_part("multipliers")
+        self.mult = math.sqrt((base or config.base_width) / fan_in) if scaled else 1.0
+
+    def forward(self, x):
+        return super().forward(x) * self.mult
+
+
+class RMSNorm(nn.RMSNorm):
+    """RMSNorm with a learned gain, computed in float32 (eps 1e-6 as Llama)."""
+
+    def __init__(self, dim):
+        super().__init__(dim, eps=1e-6)
+
+    def forward(self, x):
+        return super().forward(x.float()).type_as(x)
+
+
+class Transformer(nn.Module):
+    """The paper's models: token embeddings (and MixiT's learned positions), n_layer blocks, a final
+    norm and an untied head over the vocabulary or the classes."""
+
+    def __init__(self, config, device=None, mixing_dtype=torch.float32):
+        """The model on device: weights drawn on the host, MixiT's fixed matrices built on device in
+        mixing_dtype."""
+        super().__init__()
+        self.config = config
+        C = config.n_embd
+        self.wte = nn.Embedding(config.vocab_size, C, padding_idx=attended_pad(config))
+        # MixiT's learned positions
+        self.wpe = nn.Embedding(config.block_size, C) if config.mixit_part("positions") else None
+        self.blocks = nn.ModuleList(Block(config, layer, device, mixing_dtype)
+                                    for layer in range(config.n_layer))
+        self.norm = RMSNorm(C)
+        self.head = ScaledLinear(config, C, config.n_classes or config.vocab_size, bias=False)
+        # the loss's logits made this many at a time (0: all at once)
+        self.loss_chunk = LOSS_CHUNK
+        self.init_weights()
+        self.to(device)
+
+    def init_weights(self):
+        """Every weight N(0, std^2) and every bias 0, drawn from config.seed in module order."""
+        g = torch.Generator().manual_seed(seed_key(self.config.seed, 0))
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                std = getattr(module, "init_std", self.config.init_std)
+                nn.init.normal_(module.weight, 0.0, std, generator=g)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, 0.0, 0.02, generator=g)
+                if module.padding_idx is not None:
+                    nn.init.zeros_(module.weight[module.padding_idx])
+
+    def embed(self, idx, pos=0):
+        """Tokens idx (B, t) at positions pos.. -> the residual stream (B, t, C)."""
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe.weight[pos:pos + idx.size(1)]
+        # Under autocast the residual stream is kept in the autocast dtype, half the bytes: bfloat16
+        # (float32's range), never float16 (it would overflow).
+        if torch.is_autocast_enabled(x.device.type):
+            x = x.to(torch.get_autocast_dtype(x.device.type))
+        return x
+
+    def forward(self, idx, targets=None, cache=None):
+        """idx (B, t) -> (logits (B, t, V), or (B, n_classes) for a classifier; loss). With targets
+        (-1 where unscored) only the loss is returned, as (None, loss): the logits are not kept once
+        it is computed."""
+        t = idx.size(1)
+        pos = 0 if cache is None else cache.pos
+        if pos + t > self.config.block_size:
+            raise ValueError(f"sequence of {pos + t} tokens is longer than "
+                             f"block_size={self.config.block_size}")
+        real, pad_mask = classifier_masks(self.config, idx)
+        x = self.embed(idx, pos)
+        for block in self.blocks:
+            x = block(x, cache, pad_mask)
+        x = self.norm(x)
+        if cache is not None:
+            cache.pos += t
+        if self.config.n_classes:
+            x = pool(x, real, self.config.pool)
+        if targets is None:
+            return self.head(x), None
+        loss = cross_entropy_sum(self.head, x, targets, self.head.out_features, self.loss_chunk)
+        # the mean over the scored targets; 0 with none
+        return None, loss / (targets >= 0).sum().clamp(min=1)
+
+
+# ==================================================================================================
+# A reader of the paper can stop here. What follows is the study's options (hybrids, learned
+# mixing, fixed heads, sigma_min, centring, depth_alpha, pooling and pads, parts of the
+# parametrization) and the machinery (integer-hash random numbers, the chunked loss, the KV cache,
+# FLOP counts, generation, attention maps).
+# ==================================================================================================
+
+LETTERS = {"s": "softmax", "f": "frozen_qk", "m": "mixing", "l": "learned_mixing"}
+FREEZES = ("", "mlp", "blocks")
+# MixiT's parametrization, part by part
+MIXIT_PARTS = ("residual", "activation", "multipliers", "positions")
+# what MixiT's head 1 holds
+FIXED_HEADS = {"": "random", "mean": "the prefix mean", "previous": "the previous token"}
+# the loss's float32 logits made this many at a time (512 MiB: 2,668 positions of GPT-2 BPE)
+LOSS_CHUNK = 2 ** 27
+
+
+def check_config(config):
+    """Raise a ValueError naming what is valid where a field is not."""
+    for name in ("vocab_size", "block_size", "n_head", "n_embd"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
+    # n_layer 0: embeddings, norm and head alone (a bigram, a bag of words)
+    if config.n_layer < 0:
+        raise ValueError(f"n_layer must be 0 or more, got {config.n_layer}")
+    valid_values = {"freeze": FREEZES, "qk_init": ("paper", "reference"),
+                    "parametrization": ("auto", "mixit", "standard"), "pool": ("mean", "last"),
+                    "pads": ("masked", "attended"), "centring": ("mean", "reference"),
+                    "fixed_head": FIXED_HEADS}
+    for name, valid in valid_values.items():
+        if getattr(config, name) not in valid:
+            raise ValueError(f"unknown {name} {getattr(config, name)!r}; valid: "
+                             + ", ".join(repr(v) if v == "" else v for v in valid))
+    if config.n_embd % config.n_head:
+        raise ValueError(f"n_embd={config.n_embd} must be divisible by n_head={config.n_head}")
+    # (layer_attn checks attn)
+    if any(a not in MIXING for a in config.layer_attn) and (config.n_embd // config.n_head) % 2:
+        raise ValueError("rotary embeddings need an even head size, "
+                         f"got {config.n_embd // config.n_head}")
+    if config.fixed_head and config.n_head < 2:
+        raise ValueError("fixed_head needs n_head >= 2 (head 0 is the sink, head 1 the fixed), "
+                         f"got {config.n_head}")
+    unknown_parts = set(filter(None, config.standard_parts.split(","))) - set(MIXIT_PARTS)
+    if unknown_parts:
+        raise ValueError(f"unknown standard_parts {min(unknown_parts)!r}; valid: a comma list of "
+                         + ", ".join(MIXIT_PARTS))
+    if config.seed < 0 or not 0.0 <= config.skip <= 1.0:
+        raise ValueError(f"skip must lie in [0, 1] and seed be >= 0, got skip={config.skip}, "
+                         f"seed={config.seed}")
+
+
+# ---------------------------------------------------------------------------------- study options
+
+class LearnedMixingAttention(MixingAttention):
+    """learned_mixing: MixiT's matrix A - I as a trained parameter from the same init, its causal
+    entries only: attention that learns but never reads its input."""
+
+    def __init__(self, config, layer, device=None):
+        super().__init__(config, layer, device)
+        self.mixing = nn.Parameter(self.mixing)
+
+    def mixing_rows(self, pos, t):
+        rows = super().mixing_rows(pos, t)
+        # no gradient from the future
+        return rows.tril(pos) if self.causal else rows
+
+
+@dataclass
+class MixingOptions:
+    """The study's departures from the paper's mixing matrix, none by default, and how many rows
+    are made at a time."""
+    # False: A_h itself, beta (N_h - rowmean N_h), with noise std 1/sqrt(T) in every head: for
+    # depth_alpha, whose unscaled skip carries the identity
+    identity: bool = True
+    # non-causal rows centred on their mean | reference: on their sum / (i + 1), as the authors'
+    # code does
+    centring: str = "mean"
+    # head 1 a known pattern instead of noise (FIXED_HEADS)
+    fixed_head: str = ""
+    # the noise std's lowest value (0: the paper's 1/sqrt(T head_dim))
+    sigma_min: float = 0.0
+    rows: int = 128
+
+
+def mixing_options(config):
+    """mixing_matrix's study options, as config sets them."""
+    return dict(identity=not config.depth_alpha, centring=config.centring,
+                fixed_head=config.fixed_head, sigma_min=config.sigma_min)
+
+
+def fixed_patterns(T, causal=True, device=None):
+    """FIXED_HEADS' patterns (T, T), rows summing to 1: the prefix mean (non-causal: the mean), the
+    previous token (row 0: itself)."""
+    ones = torch.ones(T, T, device=device)
+    # row i: positions 0..i, or all
+    mean = ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T
+    previous = torch.eye(T, device=device)[(torch.arange(T, device=device) - 1).clamp(min=0)]
+    return {"mean": mean, "previous": previous}
+
+
+def depth_scale(config):
+    """depth_alpha's residual branch scale, (base_depth / n_layer)^depth_alpha, as the reference's
+    language-model launchers run MixiT; 1 without it."""
+    return (config.base_depth / config.n_layer) ** config.depth_alpha
+
+
+def attended_pad(config):
+    """The padding token where a classifier's attention sees its pads (pads=attended): its
+    embedding is held at 0."""
+    attended = config.n_classes and config.pads == "attended"
+    return config.pad_id if attended and 0 <= config.pad_id < config.vocab_size else None
+
+
+def classifier_masks(config, idx):
+    """A classifier's real tokens (B, t), and the keys attention reads (None: every one); None for
+    both in a language model."""
+    if not config.n_classes:
+        return None, None
+    real = idx != config.pad_id
+    return real, real if config.pads == "masked" else None
+
+
+def pool(x, real, how):
+    """(B, t, C) -> (B, C): the mean of the real tokens, or the last real token (the reference's
+    classifier)."""
+    if how == "last":
+        last = (real * torch.arange(real.size(1), device=x.device)).amax(1)
+        return x[torch.arange(len(x), device=x.device), last]
+    keep = real.unsqueeze(-1).to(x.dtype)
+    return (x * keep).sum(1) / keep.sum(1).clamp(min=1)
+
+
+# ------------------------------------------------------------- fixed random numbers from integers
 
 def hash32(x):
-    """Mueller's 32-bit integer hash, for Python ints and int64 tensors alike (every product stays below 2^63)."""
-    x = (x >> 16 ^ x) * 0x45D9F3B & 0xFFFFFFFF
-    x = (x >> 16 ^ x) * 0x45D9F3B & 0xFFFFFFFF
+    """Mueller's 32-bit integer hash, for Python ints and int64 tensors alike (every product stays
+    below 2^63)."""
+    for _ in range(2):
+        x = (x >> 16 ^ x) * 0x45D9F3B & 0xFFFFFFFF
     return x >> 16 ^ x
 
 
@@ -121,234 +599,72 @@ def seed_key(*ints):
 
 
 def gaussian_pairs(index, key):
-    """Two standard normals per index (..., 2) by Box-Muller on hashed uniforms: alike on any device or torch."""
-    u1 = (hash32(index ^ hash32(key)) + 0.5) * 2.0 ** -32  # in (0, 1)
+    """Two standard normals per index (..., 2) by Box-Muller on hashed uniforms: alike on any device
+    or torch."""
+    # in (0, 1)
+    u1 = (hash32(index ^ hash32(key)) + 0.5) * 2.0 ** -32
     angle = hash32(index ^ hash32(key + 1)) * (2 * math.pi * 2.0 ** -32)
     radius = torch.sqrt(-2 * torch.log(u1))
     return torch.stack((radius * torch.cos(angle), radius * torch.sin(angle)), -1)
 
 
-def mixing_matrix(block_size, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=None, rows=128,
-                  identity=True, centring="mean", fixed_head="", sigma_min=0.0):
-    """MixiT's fixed attention less its identity, (n_head, T, T) float32: A_h - I where A_h = I + beta * (N_h -
-    rowmean(N_h)), whose rows sum to 1; identity=False: A_h = beta * (N_h - rowmean(N_h)), std 1/sqrt(T) in every head.
-    Head 0 is a sink; head 1 may be fixed_head's pattern. Built where it is used, rows at a time: no host copy."""
-    T, pairs = block_size, (block_size + 1) // 2
-    P, lo, hi = torch.zeros(n_head, T, T, device=device), sigma_min or 1 / math.sqrt(T * head_dim), 1 / math.sqrt(T)
-    for h in range(1, n_head):
-        sigma = lo + hash32(seed_key(*seed, h, 0)) * 2.0 ** -32 * (hi - lo) if identity else hi  # uniform in [lo, hi]
-        for r in range(0, T, rows):
-            r1 = min(r + rows, T)
-            cols = r1 if causal else T
-            i, j = torch.arange(r, r1, device=device).view(-1, 1), torch.arange(cols, device=device)
-            future = (j > i) & causal  # causal: row i mixes the positions j <= i only
-            index = i * pairs + torch.arange((cols + 1) // 2, device=device)  # N_h[i, j] is a function of (i, j)
-            noise = sigma * gaussian_pairs(index, seed_key(*seed, h, 1)).flatten(1)[:, :cols]  # N(0, sigma^2)
-            noise = noise.masked_fill(future, 0.0)
-            n = i + 1 if causal or centring == "reference" else T  # the reference's non-causal rows: over i + 1
-            centred = noise - noise.sum(-1, keepdim=True) / n  # the noise only redistributes
-            P[h, r:r1, :cols] = beta * centred.masked_fill(future, 0.0)
-    if not identity:  # A_h itself: the identity rides on the unscaled skip instead
-        P[1:].diagonal(dim1=1, dim2=2).sub_(1.0)
-    P[0].diagonal().fill_(-0.5)  # the sink head A_0 = I/2 + (token 0)/2: every token keeps half of itself
-    P[0, 1:, 0] = 0.5  # and takes half of token 0 (row 0 holds only its own half)
-    if fixed_head:  # head 1 a known pattern A_1: the prefix mean (a running count) or the previous token (a shift)
-        P[1] = fixed_patterns(T, causal, device)[fixed_head] - torch.eye(T, device=device)
-    return P
+def hashed_normals(i, cols, T, key):
+    """Standard normals at rows i (r, 1) and columns 0..cols-1 of a (T, T) matrix, each a function
+    of the key and its place alone: the same whatever rows are drawn with it."""
+    index = i * ((T + 1) // 2) + torch.arange((cols + 1) // 2, device=i.device)
+    return gaussian_pairs(index, key).flatten(1)[:, :cols]
 
 
-def fixed_patterns(T, causal=True, device=None):
-    """FIXED_HEADS' patterns (T, T), rows summing to 1: the prefix mean (non-causal: the mean), the previous token."""
-    eye, ones = torch.eye(T, device=device), torch.ones(T, T, device=device)
-    mean = ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T  # row i: positions 0..i (all)
-    return {"mean": mean, "previous": eye[(torch.arange(T, device=device) - 1).clamp(min=0)]}  # row 0: itself
-
-
-def mix(P, v):
-    """(A - I) V: rows P (H, t, s) of each head's fixed matrix times v (B, H, s, hd), one product a head, its causal
-    zeros included (on a GPU faster than skipping them; P @ v would copy P for every sequence)."""
-    return torch.einsum("hts,bhsd->bhtd", P, v)
-
-
-# ----------------------------------------------------------------------------- the model
-
-class Linear(nn.Linear):
-    """A linear layer whose output, bias included, is multiplied by a fixed width multiplier (1 but for MixiT)."""
-
-    def __init__(self, fan_in, fan_out, bias, mult=1.0):
-        super().__init__(fan_in, fan_out, bias)
-        self.mult = mult
-
-    def forward(self, x):
-        return super().forward(x) * self.mult if self.mult != 1.0 else super().forward(x)  # sqrt(base / fan_in)
-
-
-def width_mult(config, fan_in, base=None):  # MixiT's sqrt(base / fan_in): its layers keep their scale in width
-    return math.sqrt((base or config.base_width) / fan_in) if config.mixit_part("multipliers") else 1.0
-
-
-class RMSNorm(nn.Module):
-    """RMSNorm with a learned gain, computed in float32 (eps 1e-6 as Llama)."""
-
-    def __init__(self, dim):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        return F.rms_norm(x.float(), (x.size(-1),), self.weight, 1e-6).type_as(x)
-
-
-class Rotary(nn.Module):
-    """Rotary position embedding (rotate-half convention) for positions [0, block_size)."""
-
-    def __init__(self, head_dim, block_size, theta):
-        super().__init__()
-        inv_freq = theta ** -(torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (hd/2,)
-        angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq)  # (T, hd/2)
-        self.register_buffer("cos", angles.cos().repeat(1, 2), persistent=False)  # (T, hd)
-        self.register_buffer("sin", angles.sin().repeat(1, 2), persistent=False)
-
-    def forward(self, x, pos):  # x (B, H, t, hd) at positions pos .. pos+t-1, rotated in float32 (fused if compiled)
-        cos, sin, dtype = self.cos[pos:pos + x.size(2)], self.sin[pos:pos + x.size(2)], x.dtype
-        x1, x2 = (x := x.float()).chunk(2, dim=-1)
-        return (x * cos + torch.cat((-x2, x1), dim=-1) * sin).to(dtype)  # each pair of channels rotated by its angle
-
+# ---------------------------------------------------------------------------------- the machinery
 
 class KVCache:
-    """Every layer's past keys and values for generation, written in place; a mixing layer keeps values only."""
+    """Every layer's past keys and values for generation, written in place; a mixing layer keeps
+    values only."""
 
     def __init__(self, n_layer, size):
-        self.size, self.pos = size, 0  # pos: positions already cached; 0 starts a new sequence
-        self.k, self.v = [None] * n_layer, [None] * n_layer
+        self.size = size
+        # positions already cached; 0 starts a new sequence
+        self.pos = 0
+        self.k = [None] * n_layer
+        self.v = [None] * n_layer
 
-    def _write(self, bufs, layer, z):  # z (B, H, t, hd) at positions pos..pos+t-1 -> every position 0..pos+t-1
-        if bufs[layer] is None or bufs[layer].shape[:2] != z.shape[:2] or bufs[layer].dtype != z.dtype:
-            bufs[layer] = z.new_empty(z.size(0), z.size(1), self.size, z.size(3))
-        bufs[layer][:, :, self.pos:self.pos + z.size(2)] = z
-        return bufs[layer][:, :, :self.pos + z.size(2)]
+    def _write(self, bufs, layer, z):
+        """z (B, H, t, hd) at positions pos.. -> every position 0..pos+t-1. A new sequence (pos 0)
+        gets new buffers."""
+        end = self.pos + z.size(2)
+        if self.pos == 0:
+            bufs[layer] = z.new_empty(*z.shape[:2], self.size, z.size(3))
+        bufs[layer][:, :, self.pos:end] = z
+        return bufs[layer][:, :, :end]
 
-    def update(self, layer, k, v):  # -> every cached key (None for mixing) and value
-        return None if k is None else self._write(self.k, layer, k), self._write(self.v, layer, v)
-
-
-class Attention(nn.Module):
-    def __init__(self, config, layer, device=None, mixing_dtype=torch.float32):
-        super().__init__()
-        C, H = config.n_embd, config.n_head
-        self.n_head, self.head_dim, self.layer, self.causal = H, C // H, layer, config.causal
-        self.kind = config.layer_attn[layer]
-        if self.kind == "softmax":
-            self.qkv = Linear(C, 3 * C, config.bias)  # W_Q, W_K, W_V in one matmul
-        elif self.kind == "frozen_qk":
-            self.qk = Linear(C, 2 * C, config.bias)  # W_Q, W_K: frozen at init, apart from the trained W_V
-            self.v = Linear(C, C, config.bias)
-        else:
-            P = mixing_matrix(config.block_size, H, self.head_dim, config.causal, config.mix_beta, (config.seed, 1,
-                              layer), device, identity=not config.depth_alpha, centring=config.centring,
-                              fixed_head=config.fixed_head, sigma_min=config.sigma_min)
-            if self.kind == "learned_mixing":  # trained from MixiT's init, causal entries only (masked in use)
-                self.mixing = nn.Parameter(P)
-            else:  # fixed: a function of the seed, rebuilt rather than saved; cast once to the compute dtype
-                self.register_buffer("mixing", P.to(mixing_dtype), persistent=False)
-            self.v = Linear(C, C, config.bias, width_mult(config, C))
-        if self.kind not in MIXING:
-            self.rotary = Rotary(self.head_dim, config.block_size, config.rope_theta)
-        self.o = Linear(C, C, config.bias, width_mult(config, C))
-
-    def heads(self, z):  # (B, t, n*C) -> n tensors (B, H, t, hd)
-        return z.unflatten(-1, (-1, self.head_dim)).transpose(1, 2).split(self.n_head, dim=1)
-
-    def qkv_heads(self, x, pos):
-        """Queries and keys (rotated) and values of x (B, t, C), each (B, H, t, hd)."""
-        q, k, v = self.heads(self.qkv(x)) if self.kind == "softmax" else self.heads(self.qk(x)) + self.heads(self.v(x))
-        return self.rotary(q, pos), self.rotary(k, pos), v
-
-    def mixing_rows(self, pos, t):
-        """Rows pos..pos+t-1 of the mixing matrix less its identity, (H, t, pos+t): the same for every input."""
-        P = self.mixing[:, pos:pos + t, :pos + t]
-        return P.tril(pos) if self.causal and self.kind == "learned_mixing" else P  # no gradient from the future
-
-    def forward(self, x, cache=None, pad_mask=None):  # x (B, t, C)
-        B, t, C = x.shape
-        pos = 0 if cache is None else cache.pos
-        if self.kind in MIXING:
-            v = self.v(x)
-            if pad_mask is not None:
-                v = v * pad_mask.view(B, t, 1).to(v.dtype)  # padding carries no value
-            (v,) = self.heads(v)
-            if cache is not None:
-                _, v = cache.update(self.layer, None, v)
-            y = v[:, :, -t:] + mix(self.mixing_rows(pos, t).to(v.dtype), v)  # A V = V + (A - I) V
-        else:
-            q, k, v = self.qkv_heads(x, pos)
-            if cache is not None:
-                k, v = cache.update(self.layer, k, v)
-            y = self.softmax_attention(q, k, v, pad_mask, pos)
-        return self.o(y.transpose(1, 2).reshape(B, t, C))
-
-    def softmax_attention(self, q, k, v, pad_mask, pos):  # q (B, H, t, hd) at positions pos.., k and v at 0..
-        B, t = q.size(0), q.size(2)
-        mask = None if pad_mask is None else pad_mask.view(B, 1, 1, t)  # the keys that are not padding
-        causal = self.causal and t > 1  # a single new query sees every cached key
-        if causal and pos:  # new queries pos.. against keys 0..: the causal mask aligned to the bottom right
-            mask, causal = torch.ones(t, pos + t, dtype=torch.bool, device=q.device).tril(pos), False
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)  # flash on a GPU
-
-    def weights(self, x, pad_mask=None):
-        """The attention matrix this layer applies to x (B, t, C), as (B, H, t, t): what it gives the values I."""
-        B, t, _ = x.shape
-        if self.kind in MIXING:
-            w = (torch.eye(t, device=x.device) + self.mixing_rows(0, t).float()).expand(B, -1, -1, -1)
-            return w if pad_mask is None else w * pad_mask.view(B, 1, 1, t)  # masked padding carries nothing
-        q, k, _ = self.qkv_heads(x, 0)
-        one_hot = torch.eye(t, device=x.device, dtype=q.dtype).expand(B, self.n_head, t, t)  # each key's own value
-        return self.softmax_attention(q, k, one_hot, pad_mask, 0)
-
-
-class MLP(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        C = config.n_embd
-        self.gate_up = Linear(C, 8 * C, config.bias, width_mult(config, C))  # W_G and W_U in one matmul
-        self.down = Linear(4 * C, C, config.bias, width_mult(config, 4 * C, config.base_ffn))
-        self.shaped = config.mixit_part("activation")
-        self.slope = 1 + config.cminus / math.sqrt(C)  # shaped activation: near-linear, slope 1 + c/sqrt(d)
-        self.gain = math.sqrt(2 / (1 + self.slope ** 2))  # its gain keeps the variance: calculate_gain('leaky_relu')
-
-    def forward(self, x):
-        gate, up = self.gate_up(x).chunk(2, dim=-1)  # (B, t, 4C) each
-        if self.shaped:
-            return self.down(self.gain * F.leaky_relu(gate, self.slope) * up)  # MixiT's shaped gated MLP
-        return self.down(F.silu(gate) * up)  # SwiGLU
-
-
-class Block(nn.Module):
-    def __init__(self, config, layer, device=None, mixing_dtype=torch.float32):
-        super().__init__()
-        self.norm1, self.attn = RMSNorm(config.n_embd), Attention(config, layer, device, mixing_dtype)
-        self.norm2, self.mlp = RMSNorm(config.n_embd), MLP(config)
-        # residual scaling h = s h + r f(h): s^2 + r^2 = 1 keeps the hidden norm constant in depth (MixiT), a plain sum
-        # otherwise; depth_alpha > 0 (the reference's LM launchers): s = 1 and r = (base_depth / n_layer)^alpha
-        preserving, alpha = config.mixit_part("residual") and not config.depth_alpha, config.depth_alpha
-        self.s = config.skip if preserving else 1.0
-        self.r = math.sqrt(1 - self.s ** 2) if preserving else (config.base_depth / config.n_layer) ** alpha
-
-    def forward(self, x, cache=None, pad_mask=None):
-        x = self.s * x + self.r * self.attn(self.norm1(x), cache, pad_mask)
-        return self.s * x + self.r * self.mlp(self.norm2(x))
+    def update(self, layer, k, v):
+        """This layer's new keys (None for mixing) and values written; every cached key and value
+        returned."""
+        if k is not None:
+            k = self._write(self.k, layer, k)
+        return k, self._write(self.v, layer, v)
 
 
 def cross_entropy_sum(logits_of, x, targets, vocab, chunk=LOSS_CHUNK):
-    """The cross-entropy of logits_of(x) (..., vocab) against targets (...) (-1: unscored), summed: about chunk logits
-    at a time (0: all at once), each chunk's float32 logits made again in the backward pass, never kept: the memory
-    of one chunk, not of all."""
-    x, targets = x.flatten(0, -2), targets.flatten()
-    part = lambda xs, ts: F.cross_entropy(logits_of(xs).float(), ts, ignore_index=-1, reduction="sum")
+    """The cross-entropy of logits_of(x) (..., vocab) against targets (...) (-1: unscored), summed:
+    about chunk logits at a time (0: all at once), each chunk's float32 logits made again in the
+    backward pass, never kept: the memory of one chunk, not of all."""
+    x = x.flatten(0, -2)
+    targets = targets.flatten()
+
+    def chunk_loss(xs, ts):
+        return F.cross_entropy(logits_of(xs).float(), ts, ignore_index=-1, reduction="sum")
+
     rows = max(1, chunk // vocab) if chunk else len(x)
     if rows >= len(x):
-        return part(x, targets)
-    return sum(checkpoint(part, xs, ts, use_reentrant=False) if torch.is_grad_enabled() else part(xs, ts)
-               for xs, ts in zip(x.split(rows), targets.split(rows)))
+        return chunk_loss(x, targets)
+    loss = 0
+    for xs, ts in zip(x.split(rows), targets.split(rows)):
+        if torch.is_grad_enabled():
+            loss = loss + checkpoint(chunk_loss, xs, ts, use_reentrant=False)
+        else:
+            loss = loss + chunk_loss(xs, ts)
+    return loss
 
 
 def param_groups(params, weight_decay):
@@ -357,132 +673,95 @@ def param_groups(params, weight_decay):
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
-class MixiT(nn.Module):
-    def __init__(self, config, device=None, mixing_dtype=torch.float32):
-        """The model on device: weights drawn on the host, MixiT's fixed matrices built on device in mixing_dtype."""
-        super().__init__()
-        self.config, C = config, config.n_embd
-        attended = config.n_classes and config.pads == "attended" and 0 <= config.pad_id < config.vocab_size
-        self.wte = nn.Embedding(config.vocab_size, C, padding_idx=config.pad_id if attended else None)  # pads at 0
-        self.wpe = nn.Embedding(config.block_size, C) if config.mixit_part("positions") else None  # learned positions
-        self.blocks = nn.ModuleList(Block(config, layer, device, mixing_dtype) for layer in range(config.n_layer))
-        self.norm = RMSNorm(C)
-        self.head = Linear(C, config.n_classes or config.vocab_size, False, width_mult(config, C))  # untied
-        self.loss_chunk = LOSS_CHUNK  # 0: the loss over every position's logits at once
-        self.init_weights()
-        for block in self.blocks:  # what keeps its random init: frozen_qk's W_Q and W_K, the MLPs, or whole blocks
-            frozen = [block.attn.qk] if block.attn.kind == "frozen_qk" else []
-            for module in frozen + {"": [], "mlp": [block.mlp], "blocks": [block]}[config.freeze]:
-                module.requires_grad_(False)
-        self.to(device)
-
-    def init_weights(self):
-        """Every weight N(0, std^2) and every bias 0, drawn from config.seed in module order."""
-        g, cfg = torch.Generator().manual_seed(seed_key(self.config.seed, 0)), self.config
-        frozen_qk = {id(b.attn.qk) for b in self.blocks if b.attn.kind == "frozen_qk" and cfg.qk_init == "paper"}
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                std = 1 / math.sqrt(module.in_features) if id(module) in frozen_qk else cfg.init_std  # N(0, 1/n)
-                nn.init.normal_(module.weight, 0.0, std, generator=g)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, 0.0, 0.02, generator=g)
-                if module.padding_idx is not None:
-                    nn.init.zeros_(module.weight[module.padding_idx])
-
-    def embed(self, idx, pos=0):
-        x = self.wte(idx)  # (B, t, C)
-        if self.wpe is not None:
-            x = x + self.wpe.weight[pos:pos + idx.size(1)]  # learned absolute positions
-        if torch.is_autocast_enabled(x.device.type):  # the residual stream in the autocast dtype: half the bytes
-            x = x.to(torch.get_autocast_dtype(x.device.type))  # bfloat16 (float32's range), never float16 (overflow)
-        return x
-
-    def forward(self, idx, targets=None, cache=None):
-        """idx (B, t) -> (logits (B, t, V), or (B, n_classes) for a classifier; loss). With targets (-1 where
-        unscored) only the loss is returned, as (None, loss): the logits are not kept once it is computed."""
-        t, pos = idx.size(1), 0 if cache is None else cache.pos
-        if pos + t > self.config.block_size:
-            raise ValueError(f"sequence of {pos + t} tokens is longer than block_size={self.config.block_size}")
-        real = idx != self.config.pad_id if self.config.n_classes else None  # a classifier's (B, t) real tokens
-        pad_mask = real if self.config.pads == "masked" else None  # the keys attention reads (None: every one)
-        x = self.embed(idx, pos)
-        for block in self.blocks:
-            x = block(x, cache, pad_mask)
-        x = self.norm(x)
-        if cache is not None:
-            cache.pos += t
-        if self.config.n_classes:
-            x = self.pool(x, real)
-        if targets is None:
-            return self.head(x), None
-        loss = cross_entropy_sum(self.head, x, targets, self.head.out_features, self.loss_chunk)
-        return None, loss / (targets >= 0).sum().clamp(min=1)  # the mean over the scored targets; 0 with none
-
-    def pool(self, x, real):
-        """(B, t, C) -> (B, C): the mean of the real tokens, or the last real token (the reference's classifier)."""
-        if self.config.pool == "last":
-            last = torch.where(real, torch.arange(real.size(1), device=x.device), 0).amax(1)  # (B,)
-            return x[torch.arange(x.size(0), device=x.device), last]
-        keep = real.unsqueeze(-1).to(x.dtype)  # (B, t, 1)
-        return (x * keep).sum(1) / keep.sum(1).clamp(min=1)
+class MixiT(Transformer):
+    """The paper's models with what the scripts use around them: parameter counts, the optimizer,
+    FLOP counts, generation and attention maps."""
 
     def get_num_params(self, non_embedding=True, trainable=False):
-        """Parameters (fixed mixing matrices are buffers, not parameters); non_embedding leaves out wte and wpe."""
-        skip = {id(e.weight) for e in (self.wte, self.wpe) if e is not None} if non_embedding else set()
-        return sum(p.numel() for p in self.parameters() if id(p) not in skip and (p.requires_grad or not trainable))
+        """Parameters (fixed mixing matrices are buffers, not parameters); non_embedding leaves out
+        wte and wpe."""
+        skip = {id(e.weight) for e in (self.wte, self.wpe) if e is not None and non_embedding}
+        return sum(p.numel() for p in self.parameters()
+                   if id(p) not in skip and (p.requires_grad or not trainable))
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """Fused AdamW over the trainable parameters only: frozen weights get no state and no weight decay."""
+        """Fused AdamW over the trainable parameters only: frozen weights get no state and no
+        weight decay."""
         groups = param_groups([p for p in self.parameters() if p.requires_grad], weight_decay)
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type in ("cpu", "cuda"))
+        fused = device_type in ("cpu", "cuda")
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
     def flops_per_token(self, seq_len=None, training=True):
-        """Matmul FLOPs per token of a seq_len sequence, as each layer computes them (no weight gradient for a frozen
-        weight or a fixed matrix); causal attention counts the (T+1)/2 positions a query sees on average."""
-        cfg, T = self.config, seq_len or self.config.block_size
-        core = 2 * cfg.n_embd * ((T + 1) / 2 if cfg.causal else T)  # one token's row of a (T, T) x (T, C) product
+        """Matmul FLOPs per token of a seq_len sequence, as each layer computes them (no weight
+        gradient for a frozen weight or a fixed matrix); causal attention counts the (T+1)/2
+        positions a query sees on average."""
+        cfg = self.config
+        T = seq_len or cfg.block_size
+        # one token's row of a (T, T) x (T, C) product
+        row_flops = 2 * cfg.n_embd * ((T + 1) / 2 if cfg.causal else T)
         fwd = bwd = 0.0
         for module in self.modules():
             if isinstance(module, nn.Linear) and not (module is self.head and cfg.n_classes):
-                w = 2 * module.weight.numel()
-                fwd, bwd = fwd + w, bwd + w * (2 if module.weight.requires_grad else 1)  # input (+ weight) gradient
-        for block in self.blocks:  # Q K^T, P V, twice that backward; mixing: A V, A^T dY (+ dY V^T if trained)
-            mixing = block.attn.kind in MIXING
-            fwd += core * (1 if mixing else 2)
-            bwd += core * ((2 if block.attn.mixing.requires_grad else 1) if mixing else 4)
+                weight_flops = 2 * module.weight.numel()
+                fwd += weight_flops
+                # the input's gradient, and the weight's where it trains
+                bwd += weight_flops * (2 if module.weight.requires_grad else 1)
+        for block in self.blocks:
+            if block.attn.kind in MIXING:
+                # A V; backward A^T dY, and dY V^T where A trains
+                fwd += row_flops
+                bwd += row_flops * (2 if block.attn.mixing.requires_grad else 1)
+            else:
+                # Q K^T and P V; backward twice that
+                fwd += row_flops * 2
+                bwd += row_flops * 4
         return fwd + bwd if training else fwd
 
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
-        """Continue idx (B, t) by max_new_tokens tokens sampled among the top_k most likely (all if None; 1: greedy).
-        With use_cache a token costs one position while the sequence fits block_size, and gives the same tokens; past
-        it each token recomputes the last block_size tokens (MixiT's matrices and positions are absolute)."""
+        """Continue idx (B, t) by max_new_tokens tokens sampled among the top_k most likely (all if
+        None; 1: greedy). With use_cache a token costs one position while the sequence fits
+        block_size, and gives the same tokens; past it each token recomputes the last block_size
+        tokens (MixiT's matrices and positions are absolute)."""
         if self.config.n_classes or not self.config.causal:
             raise ValueError("generate needs a causal language model (n_classes=0, causal=True)")
         T = self.config.block_size
         cache = KVCache(self.config.n_layer, T) if use_cache else None
         for _ in range(max_new_tokens):
-            newest = cache is not None and 0 < cache.pos < T  # the newest token only; else (re)compute the last T
-            if cache is not None and not newest:
-                cache.pos = 0  # the first step, or a full window
+            # a full window is computed again from position 0; else the newest token only
+            if cache is not None and cache.pos == T:
+                cache.pos = 0
+            newest = cache is not None and cache.pos > 0
             logits, _ = self(idx[:, -1:] if newest else idx[:, -T:], cache=cache)
-            logits = logits[:, -1].float() / temperature  # (B, V)
+            logits = logits[:, -1].float() / temperature
             if top_k is not None:
-                kth = torch.topk(logits, min(top_k, logits.size(-1)))[0][:, -1:]  # (B, 1)
+                kth = logits.topk(min(top_k, logits.size(-1))).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, -math.inf)
-            next_token = logits.argmax(-1) if top_k == 1 else torch.multinomial(F.softmax(logits, dim=-1), 1).view(-1)
+            probs = logits.softmax(-1)
+            next_token = logits.argmax(-1) if top_k == 1 else probs.multinomial(1).view(-1)
             idx = torch.cat((idx, next_token[:, None]), dim=1)
         return idx
 
     @torch.no_grad()
     def attention_maps(self, idx):
-        """(n_layer, B, n_head, t, t): each layer's attention on idx (B, t), a classifier's masked pads at weight 0."""
-        pad_mask = idx != self.config.pad_id if self.config.n_classes and self.config.pads == "masked" else None
-        x, maps = self.embed(idx), []
+        """(n_layer, B, n_head, t, t): each layer's attention on idx (B, t), a classifier's masked
+        pads at weight 0."""
+        B, t = idx.shape
+        _, pad_mask = classifier_masks(self.config, idx)
+        eye = torch.eye(t, device=idx.device)
+        x = self.embed(idx)
+        maps = []
         for block in self.blocks:
-            maps.append(block.attn.weights(block.norm1(x), pad_mask))  # (B, H, t, t)
+            attn = block.attn
+            if attn.kind in MIXING:
+                weights = (eye + attn.mixing_rows(0, t).float()).expand(B, -1, -1, -1)
+                # masked padding carries nothing
+                weights = weights if pad_mask is None else weights * pad_mask[:, None, None]
+            else:
+                q, k, _ = attn.qkv_heads(block.norm1(x), 0)
+                # the weights themselves: softmax attention given each key's own one-hot value
+                one_hot = eye.to(q.dtype).expand(B, attn.n_head, t, t)
+                weights = attn.attend(q, k, one_hot, pad_mask, 0)
+            maps.append(weights)
             x = block(x, None, pad_mask)
         return torch.stack(maps)
-

@@ -236,7 +236,7 @@ def unshape(block, generator):
     future = torch.ones(mixing.shape[1:]).triu(1).bool()
     scores = torch.randn(mixing.shape, generator=generator).masked_fill(future, -torch.inf)
     mixing.copy_(scores.softmax(-1) - torch.eye(mixing.size(-1)))
-    block.s = block.r = 1.0
+    block.skip_scale = block.branch_scale = 1.0
 
 
 # Each network's attention, and an edit made to every block of it (or None).
