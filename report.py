@@ -89,23 +89,30 @@ def summarize(runs, histories):
 # within ± this, in the score's unit (accuracy, bits or nats): a match, a hold, a score at
 # its floor
 MARGIN = 0.02
-# a word's level (a 95 % interval's word spends half of it); a setting looked at k times: ALPHA / k
+# a claim about a model's skill (kept, lost, matched, or clearing where the other fails) needs
+# that model shown this far past its floor: the margin at most a fifth of what is at stake
+STAKE = 5 * MARGIN
+# every one-sided test at ALPHA / 2, so a direction's yes and no together spend ALPHA, as a 95 %
+# interval does, and every interval printed is one; a setting looked at k times: ALPHA / 2k
 ALPHA = 0.05
-# not shown: the seeds a model with which its word would come out this often at the observed
-# means and stds
+# not shown: the seeds a model with which its word would come out this often at the next look,
+# at the observed means and stds (seeds on two plateaus: by drawing DRAWS sets of the seeds)
 POWER = 0.8
+DRAWS = 400
 # short of a floor, by lower_better: an accuracy below it, a loss above it
 UNDER = ("below", "above")
 # the other model against the first; fails: it stays at its floor
 DIRECTIONS = ("higher", "lower", "match", "fails")
 # the names of a verdict's two models where none are given
 NAMES = ("the first", "the other")
-# two plateaus: sorted per-seed values apart by this and by 3 stds of a side with half the seeds
+# two plateaus: sorted per-seed values apart by more than this and than 4 spreads (sample stds)
+# of each side of two seeds or more
 PLATEAU_GAP = 0.05
 RULE_NOTE = (f"each score beside its floor (clears it; at it, within ±{MARGIN}; or below it, a "
              f"loss above it), the difference other - first with its 95 % interval and p (Welch's "
-             f"t), the steps, two plateaus, the word for each direction (not shown: the seeds a "
-             f"model for {POWER:.0%} power, the likely word).")
+             f"t), the steps, two plateaus, the word for each direction (not reproduced where the "
+             f"model it needs is not shown {STAKE:g} past its floor; not shown: the seeds a model "
+             f"for {POWER:.0%} power at a second look, the likely word).")
 
 
 def mean_std(values):
@@ -175,67 +182,80 @@ def within(c):  # two one-sided claims: c inside ±MARGIN
     return [(c, -MARGIN), (neg(c), -MARGIN)]
 
 
+def over_floor(score, floor, lower_better):
+    """A sample's skill, a contrast: its score less its floor's (a loss: its floor's less it)."""
+    sign = -1 if lower_better else 1
+    return contrast([(sign, score), (-sign, floor)])
+
+
 def readings(a, b, floors, direction, lower_better):
     """The words a direction can give, in order: (word, its one-sided claims [(contrast, bound):
-    above bound], its share of ALPHA). a, b: the first and other samples; lower_better: a loss."""
+    above bound]). a, b: the first and other samples; lower_better: a loss."""
     difference = contrast([(1, b), (-1, a)])
     if direction in ("higher", "lower"):
         claimed = difference if direction == "higher" else neg(difference)
-        return [("yes", [(claimed, 0)], .5), ("no", [(neg(claimed), 0)], .5),
-                (f"no: equal within ±{MARGIN}", within(difference), 1)]
+        return [("yes", [(claimed, 0)]), ("no", [(neg(claimed), 0)]),
+                (f"no: equal within ±{MARGIN}", within(difference))]
     if direction == "match":
-        return [("yes", within(difference), 1), ("no", [(difference, MARGIN)], 1),
-                ("no", [(neg(difference), MARGIN)], 1)]
+        return [("yes", within(difference)), ("no", [(difference, MARGIN)]),
+                ("no", [(neg(difference), MARGIN)])]
     # the other's gain over the first, the way the score improves
     gain = neg(difference) if lower_better else difference
     if direction == "holds":
-        return [("yes", [(gain, -MARGIN)], 1), ("no", [(neg(gain), MARGIN)], 1)]
-    sign = -1 if lower_better else 1
+        return [("yes", [(gain, -MARGIN)]), ("no", [(neg(gain), MARGIN)])]
     if direction == "fails":
-        skill = contrast([(sign, b), (-sign, floors[1])])
-        return [("yes: at its floor", within(skill), 1), ("no", [(skill, 0)], 1),
-                (f"yes: {UNDER[lower_better]} its floor", [(neg(skill), 0)], 1)]
+        skill = over_floor(b, floors[1], lower_better)
+        return [("yes: at its floor", within(skill)), ("no", [(skill, 0)]),
+                (f"yes: {UNDER[lower_better]} its floor", [(neg(skill), 0)])]
     # competitive: the other past the midpoint of the first and the floor
+    sign = -1 if lower_better else 1
     kept = contrast([(sign, b), (-sign / 2, a), (-sign / 2, floors[1])])
-    return [("yes", [(kept, 0)], .5), ("no", [(neg(kept), 0)], .5)]
+    return [("yes", [(kept, 0)]), ("no", [(neg(kept), 0)])]
 
 
 def first_word(words, looks=1, power=0.0):
-    """The first word whose claims all hold at its level (ALPHA x its share / looks) and its p (its
-    claims' largest, scaled to ALPHA), or not shown, None; with power, the first that would hold
-    that often."""
-    for word, claims, share in words:
-        level = ALPHA * share / looks
+    """The first word whose claims all hold, each at ALPHA / 2 over the looks, and its p (its
+    claims' largest, scaled to ALPHA); or not shown and the smallest p of its words. With power:
+    the first that would hold that often."""
+    smallest = math.inf
+    for word, claims in words:
         # with power: each of k claims at 1 - (1 - power) / k, so that all hold together that often
-        p = max(p_above(c, bound, 1 - (1 - power) / len(claims) if power else 0.0)
-                for c, bound in claims)
-        if p < level:
-            return word, p * ALPHA / level
-    return "not shown", None
+        p = 2 * looks * max(p_above(c, bound, 1 - (1 - power) / len(claims) if power else 0.0)
+                            for c, bound in claims)
+        if p < ALPHA:
+            return word, p
+        smallest = min(smallest, p)
+    return "not shown", min(1.0, smallest)
 
 
-def floor_status(score, floor, looks=1, lower_better=False):
-    """A sample against its floor's: at it (within ±MARGIN), clears it, short of it, or near
-    it (none of them shown)."""
-    sign = -1 if lower_better else 1
-    skill = contrast([(sign, score), (-sign, floor)])
-    words = [("at", within(skill), 1), ("clears", [(skill, 0)], 1),
-             (UNDER[lower_better], [(neg(skill), 0)], 1)]
+def floor_status(skill, looks=1, lower_better=False):
+    """A skill (over_floor): at its floor (within ±MARGIN), clears it, short of it, or near it
+    (none of them shown)."""
+    words = [("at", within(skill)), ("clears", [(skill, 0)]),
+             (UNDER[lower_better], [(neg(skill), 0)])]
     return first_word(words, looks)[0].replace("not shown", "near")
 
 
 def decide(a, b, floors, direction, lower_better=False, looks=1, names=NAMES, power=0.0):
     """The word on two samples (mean, std, n) and their floors', and its p scaled to ALPHA (None:
-    undecided). A yes that a first model not clearing its floor makes trivial (a match, or failing
-    where it fails too) is not reproduced; a decisive word names each model that does not clear its
-    floor."""
+    no test). Two equal constants are equal at every seed (a direction: no). Any word is not
+    reproduced where the model the claim needs (the one claimed better; else the first, whose
+    skill is lost, kept or matched) is not shown STAKE past its floor; a decisive word names each
+    model that does not clear its floor."""
+    skills = [over_floor(s, f, lower_better) for s, f in zip((a, b), floors)]
     word, p = first_word(readings(a, b, floors, direction, lower_better), looks, power)
-    status = [floor_status(s, f, looks, lower_better) for s, f in zip((a, b), floors)]
-    if word.startswith("yes") and direction in ("match", "fails") and status[0] != "clears":
-        return f"not reproduced at this scale: {names[0]} does not clear its floor " \
-               f"(the difference alone: yes)", None
+    if a[1] == b[1] == 0 and a[0] == b[0] and direction not in ("fails", "competitive"):
+        word = f"equal at every seed ({min(a[2], b[2])} seeds a model)"
+        if direction in ("higher", "lower"):
+            word = f"no: both {a[0]:.4g} at every seed ({min(a[2], b[2])} seeds a model)"
+        p = None
+    needed = int(direction == ("higher", "lower")[lower_better])
+    if word != "not shown" and 2 * looks * p_above(skills[needed], STAKE) >= ALPHA:
+        return f"not reproduced at this scale: {names[needed]} is not shown {STAKE:g} past its " \
+               f"floor (the difference alone: {word})", p
+    status = [floor_status(k, looks, lower_better) for k in skills]
     short = ", ".join(f"{n} {s} its floor" for n, s in zip(names, status) if s != "clears")
-    if short and p is not None and direction != "fails":
+    if short and p is not None and word != "not shown" and direction != "fails":
         word += f" — {short}"
     return word, p
 
@@ -243,24 +263,32 @@ def decide(a, b, floors, direction, lower_better=False, looks=1, names=NAMES, po
 def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names=NAMES,
             own_floor=False, most=100):
     """The word on two models (per-seed scores, floors; steps: budgets; direction: the other's
-    against the first) and its p scaled to ALPHA: two seeds each at equal budgets; two constants are
-    equal at every seed; a score that is its own floor (its value at init) at every seed is fixed by
-    construction; not shown: the seeds for POWER, the word."""
+    against the first) and its p scaled to ALPHA (None: no test): two seeds each at equal
+    budgets; a score that is its own floor (its value at init) at every seed is fixed by
+    construction; not shown: the seeds for POWER at the next look, the word."""
     if steps[0] != steps[1] or min(map(len, scores)) < 2:
         return "unequal budgets" if steps[0] != steps[1] else "spread unknown", None
     if own_floor and scores[1] == floors[1]:
         return "fixed by construction: the same at init and trained, at every seed " \
                "(not tested)", None
     a, b, *floors = map(sample, [*scores, *floors])
-    if a[1] == b[1] == 0 and a[0] == b[0] and direction not in ("fails", "competitive"):
-        return f"equal at every seed ({min(a[2], b[2])} seeds a model)", None
     word, p = decide(a, b, floors, direction, lower_better, looks, names)
     if word != "not shown":
         return word, p
+    split = any(map(plateaus, scores))
 
-    def planned(n):  # the word with POWER at n seeds a model
-        resized = [(mean, std, n) for mean, std, _ in (a, b, *floors)]
-        return decide(*resized[:2], resized[2:], direction, lower_better, looks, names, POWER)[0]
+    def planned(n):  # the word that comes out with POWER at n seeds a model, at the next look
+        resized = [(mean, std, n) for mean, std, _ in floors]
+        if not split:
+            return decide((*a[:2], n), (*b[:2], n), resized, direction, lower_better, looks + 1,
+                          names, POWER)[0]
+        # seeds on two plateaus: the word most draws of n of the observed seeds give
+        rng = np.random.default_rng(n)
+        words = [decide(sample(rng.choice(scores[0], n)), sample(rng.choice(scores[1], n)),
+                        resized, direction, lower_better, looks + 1, names)[0]
+                 for _ in range(DRAWS)]
+        likely = max(words, key=words.count)
+        return likely if words.count(likely) >= POWER * DRAWS else "not shown"
 
     # the fewest seeds whose word comes out with POWER, by bisection (planned(n) is monotone)
     lo = max(a[2], b[2])
@@ -271,10 +299,12 @@ def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names
             hi = mid
         else:
             lo = mid
+    power = f"{POWER:.0%} power at look {looks + 1}" + ", by drawing the seeds" * split
     if hi > most:
-        return f"not shown (more than {most} seeds a model for {POWER:.0%} power)", None
-    likely = planned(hi).split(" —")[0]
-    return f"not shown ({hi} seeds a model for {POWER:.0%} power: likely {likely})", None
+        return f"not shown (more than {most} seeds a model for {power})", p
+    # the likely word less its notes
+    likely = re.sub(r" —.*|(not reproduced at this scale).*", r"\1", planned(hi))
+    return f"not shown ({hi} seeds a model for {power}: likely {likely})", p
 
 
 def plateau_span(side):
@@ -286,17 +316,18 @@ def plateau_span(side):
 
 def plateaus(values):
     """Seeds on two plateaus (4 seeds or more): a gap in the sorted values wider than PLATEAU_GAP
-    and 3 stds of a side holding half the seeds or more (a plateau; the other side may spread): how
-    many land on each, the values."""
+    and than 4 spreads (sample stds) of each side of two seeds or more: how many land on each,
+    the values."""
     n = len(values)
     if n < 4:
         return ""
     ordered = np.sort(values)
     gaps = {}
     for k in range(1, n):
-        sides = [side for side in (ordered[:k], ordered[k:]) if len(side) >= max(2, n / 2)]
+        sides = [side for side in (ordered[:k], ordered[k:]) if len(side) > 1]
         gap = ordered[k] - ordered[k - 1]
-        if sides and gap > max(PLATEAU_GAP, min(3 * side.std() for side in sides)):
+        # a plateau is tight: its spread under a quarter of the gap
+        if gap > max([PLATEAU_GAP] + [4 * side.std(ddof=1) for side in sides]):
             gaps[k] = gap
     if not gaps:
         return ""
@@ -317,53 +348,71 @@ def part_word(words, labels):
     return "; ".join(f"{w} {' and '.join(labs)}" for w, labs in groups.items())
 
 
-def difference_cell(a, b, floor, directions, looks):
-    """other - first with its interval at its word's level and two-sided p; competitive: the
-    contrast it reads, other - (first + floor) / 2, and the share of the first's gain over the floor
-    the other keeps."""
-    competitive = directions == ("competitive",)
-    c = contrast([(1, b), (-.5, a), (-.5, floor)] if competitive else [(1, b), (-1, a)])
+def difference_cell(a, b, floor, directions, looks, p):
+    """other - first with its interval at 1 - ALPHA / looks and p: the two-sided p, or the p of a
+    single direction's word, beside the quantity that word reads where it is another (fails:
+    other - floor; competitive: other - (first + floor) / 2, and the share of the first's gain
+    over the floor the other keeps)."""
+    c = contrast([(1, b), (-1, a)])
     shown = f"{c[0]:+.3g} (one seed)"
     if min(a[2], b[2]) > 1:
-        # a match's and a hold's words read a 90 % interval, the others a 95 % one (at one look)
-        one_sided = len(directions) == 1 and directions[0] in ("match", "holds")
-        conf = 1 - ALPHA * (2 if one_sided else 1) / looks
-        half = t_quantile((1 + conf) / 2, c[2]) * c[1] if c[1] else 0.0
-        p = min(1.0, 2 * min(p_above(c), p_above(neg(c))))
-        shown = f"{c[0]:+.3g} [{c[0] - half:+.3g}, {c[0] + half:+.3g}] {100 * conf:.3g}%, p {p:.2g}"
-    if not competitive:
+        if len(directions) > 1:
+            p = min(1.0, 2 * min(p_above(c), p_above(neg(c))))
+        quantity = {"fails": ("other - floor", [(1, b), (-1, floor)]),
+                    "competitive": ("other - (first + floor) / 2",
+                                    [(1, b), (-.5, a), (-.5, floor)])}
+        tested = "" if p is None else f", p {p:.2g}"
+        shown = interval(c, looks) + tested
+        if directions[0] in quantity and p is not None:
+            label, terms = quantity[directions[0]]
+            shown = f"{c[0]:+.3g}; {label}: {interval(contrast(terms), looks)}{tested}"
+    if directions != ("competitive",):
         return shown
     # (b - fb) / (a - fb), its interval from the standard error of b - fb - share (a - fb)
     share = (b[0] - floor[0]) / (a[0] - floor[0])
     _, se, df = contrast([(1, b), (share - 1, floor), (-share, a)])
     spread = t_quantile(0.975, df) * se / abs(a[0] - floor[0]) if se else 0.0
-    return f"other - (first + floor) / 2: {shown}; keeps {share:.0%} [{share - spread:.0%}, " \
-           f"{share + spread:.0%}] of the first's gain"
+    return f"{shown}; keeps {share:.0%} [{share - spread:.0%}, {share + spread:.0%}] of the " \
+           f"first's gain"
+
+
+def interval(c, looks):
+    """A contrast's value and its interval at 1 - ALPHA / looks."""
+    conf = 1 - ALPHA / looks
+    half = t_quantile((1 + conf) / 2, c[2]) * c[1] if c[1] else 0.0
+    return f"{c[0]:+.3g} [{c[0] - half:+.3g}, {c[0] + half:+.3g}] {100 * conf:.3g}%"
 
 
 def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, looks=1,
                names=NAMES):
     """What the rule reads of two models' finals on metric: each score beside its floor (each run's
-    logged level, 0, or a trained floor's seeds), other - first with its interval at its word's
-    level and p (competitive: the contrast read, the share of the gain kept), the steps, plateaus,
-    each direction's word, the last one's p scaled to ALPHA."""
+    logged level, 0, or a trained floor's seeds; short of a trained floor, also at the logged
+    level where it sits there), other - first with its interval and p (one direction: its word's,
+    beside the quantity it reads), the steps, plateaus, each direction's word, the last one's p."""
     lower_better = metric == "val_loss"
     scores = [[r[metric] for r in runs] for runs in (first, other)]
     level = LEVELS.get(metric, [None])[0]
-    floors = [trained_floor or [r.get(level, 0.0) for r in runs] for runs in (first, other)]
+    levels = [[r.get(level, 0.0) for r in runs] for runs in (first, other)]
+    floors = [trained_floor or logged for logged in levels]
     a, b, fa, fb = map(sample, scores + floors)
     steps = [runs[0]["iter"] for runs in (first, other)]
     # the model's own score at init: its floor
     own = not trained_floor and level == "induction_init"
     words = {d: verdict(scores, floors, steps, d, lower_better, looks, names, own)
              for d in directions}
-    # a score that is its own floor at every seed: at it
-    status = ["at" if own and s == f else floor_status(x, y, looks, lower_better)
-              for s, f, x, y in zip(scores, floors, (a, b), (fa, fb))]
-    return {"scores (floors)": " / ".join(f"{s[0]:.4g}" + (f" ± {s[1]:.2g}" if s[2] > 1 else "")
-                                          + f" ({st} {f[0]:.4g})"
-                                          for s, f, st in zip((a, b), (fa, fb), status)),
-            "difference [interval], p": difference_cell(a, b, fb, directions, looks),
+    shown = []
+    for values, floor, logged, score, floor_sample in zip(scores, floors, levels, (a, b), (fa, fb)):
+        # a score that is its own floor at every seed: at it
+        status = "at" if own and values == floor else \
+            floor_status(over_floor(score, floor_sample, lower_better), looks, lower_better)
+        at_level = floor_status(over_floor(score, sample(logged), lower_better), looks) == "at"
+        if trained_floor and status == UNDER[lower_better] and at_level:
+            status = f"at {logged[0]:.4g}, {status}"
+        spread = f" ± {score[1]:.2g}" if score[2] > 1 else ""
+        shown.append(f"{score[0]:.4g}{spread} ({status} {floor_sample[0]:.4g})")
+    return {"scores (floors)": " / ".join(shown),
+            "difference [interval], p": difference_cell(a, b, fb, directions, looks,
+                                                        words[directions[-1]][1]),
             "steps": " / ".join(f"{s:,}" for s in steps),
             "two plateaus": " / ".join(map(plateaus, scores)).strip(" /"),
             **{d: w for d, (w, _) in words.items()}, "p": words[directions[-1]][1]}
@@ -744,12 +793,12 @@ def find_runs(loaded, runs_dir, folder, task_name, variant):
 
 def read_setting(claim, setting, loaded, runs_dir, looked):
     """One setting of a claim read by the rule (at ALPHA over the most looks of any comparison it
-    reads): its row of the settings table and its word's p scaled to ALPHA."""
+    reads): its row of the settings table and its word's p scaled to ALPHA (None: no test)."""
     # floor: a trained one, its variant
     part, label, folder, task_name, metric, first, other, direction, *floor = setting
     runs = functools.partial(find_runs, loaded, runs_dir, folder, task_name)
     trained = [r[metric] for r in runs(floor[0])] if floor else None
-    looks = max(looked.get(v[0] if isinstance(v, tuple) else folder, 1)
+    looks = max(len(looked.get(v[0] if isinstance(v, tuple) else folder, [0]))
                 for v in (folder, first, other, *floor))
     names = (variant_label(first), variant_label(other))
     cells = rule_cells(runs(first), runs(other), metric, trained, (direction,), looks, names)
@@ -781,44 +830,65 @@ def claims_report(path, runs_dir):
     loaded = {}
     verdicts = []
     settings = []
-    holm = []
+    holm_rows = []
     for claim, rows in claims.items():
+        read = [read_setting(claim, setting, loaded, runs_dir, looked) for setting in rows]
+        # Holm's family: every setting the claim tested (constants and fixed scores aside)
+        ranks = holm([(p, k) for k, (_, p) in enumerate(read) if p is not None])
         parts = {}
-        decided = []
-        for setting in rows:
-            row, p = read_setting(claim, setting, loaded, runs_dir, looked)
-            part, label = setting[:2]
-            parts.setdefault(part, []).append((row["word"], label))
-            if p is not None:
-                decided.append((p, (part, label)))
+        dropped = []
+        for k, (row, p) in enumerate(read):
+            part, label = rows[k][:2]
+            word = row["word"]
+            row["Holm: rank, level"] = "aside: no test"
+            if k in ranks:
+                rank, level, kept = ranks[k]
+                row["Holm: rank, level"] = f"{rank} of {len(ranks)}, {level:.2g}"
+                # a decided word that Holm's correction does not keep says so in its part
+                if not (kept or word.startswith("not ")):
+                    word += ", not kept by Holm"
+                    dropped.append(f"{part}, {label}")
+            parts.setdefault(part, []).append((word, label))
             settings.append(row)
-        # a word that Holm's correction within the claim drops says so in its part
-        drops = holm_drops(decided)
-        for part, read in parts.items():
-            words = [word + ", not kept by Holm" * ((part, label) in drops) for word, label in read]
-            verdicts.append({"claim": claim, "part": part,
-                             "verdict": part_word(words, [label for _, label in read])})
-        holm.append({"claim": claim, "settings": len(rows), "words decided": len(decided),
-                     "kept by Holm within the claim": len(decided) - len(drops),
-                     "dropped": "; ".join(f"{part}, {label}" for part, label in drops)})
+        verdicts += [{"claim": claim, "part": part, "verdict": part_word(*zip(*words))}
+                     for part, words in parts.items()]
+        decided = sum(not read[k][0]["word"].startswith("not ") for k in ranks)
+        holm_rows.append({"claim": claim, "settings": len(rows),
+                          "tested: Holm's family": len(ranks),
+                          "words decided": decided, "kept by Holm": decided - len(dropped),
+                          "dropped": "; ".join(dropped)})
+    made = commands_table(loaded, commands, looked)
+    return "\n".join(table(rows, {k: k for k in rows[0]})
+                     for rows in (verdicts, settings, holm_rows, made))
+
+
+def commands_table(loaded, commands, looked):
+    """Each comparison read: the commands that made it, its seeds by look, runs, machine and
+    training time (its runs' sum)."""
     made = []
     for folder, finals in loaded.items():
         command = "; ".join(f"`{commands[f]}`" if f in commands else "none given"
                             for f in folder.split("+"))
-        made.append({"comparison": folder, "command": command, "runs": len(finals),
-                     "machine": finals[0]["hardware"],
+        # seeds 0, 1, ... in looks of these cumulative counts
+        counts = looked.get(folder, [len({r["seed"] for r in finals})])
+        seeds = [f"{start}" + f"-{end - 1}" * (end - start > 1) + f" (look {look + 1})"
+                 for look, (start, end) in enumerate(zip([0, *counts], counts))]
+        made.append({"comparison": folder, "command": command, "seeds, by look": ", ".join(seeds),
+                     "runs": len(finals), "machine": finals[0]["hardware"],
                      "training time": format_time(sum(r["time"] for r in finals))})
-    return "\n".join(table(rows, {k: k for k in rows[0]})
-                     for rows in (verdicts, settings, holm, made))
+    return made
 
 
-def holm_drops(decided):
-    """Holm's step-down over a family of (p scaled to ALPHA, label): the labels whose word does not
-    survive it."""
-    ranked = sorted(decided)
-    first = next((i for i, (p, _) in enumerate(ranked) if p >= ALPHA / (len(ranked) - i)),
-                 len(ranked))
-    return [label for _, label in ranked[first:]]
+def holm(family):
+    """Holm's step-down over a family of (p scaled to ALPHA, key): each key's rank, level (ALPHA
+    over the members from it on) and whether it is kept (it and every smaller p below its level)."""
+    ranks = {}
+    kept = True
+    for i, (p, key) in enumerate(sorted(family)):
+        level = ALPHA / (len(family) - i)
+        kept = kept and p < level
+        ranks[key] = (i + 1, level, kept)
+    return ranks
 
 
 def main(argv):

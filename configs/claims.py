@@ -112,13 +112,17 @@ CLAIMS = {
 }
 DEPTH = "python train.py configs/depth_cpu.py --task=dyck_16 --freeze=blocks --batch_size=128 " \
         "--max_iters=600 --learning_rate=3e-3"
-# Looks: a folder whose seeds were added after its words were first read (3 seeds, then 5, then 6 for retrieval) is read
-# at ALPHA over its looks (Bonferroni), wherever a setting reads it.
-LOOKS = {RETRIEVAL: 3, **dict.fromkeys(("retrieval_cpu", "yelp_standard", "yelp_bow", "depth_L2_standard",
-                                        "depth_L16_standard", "capacity_mixit_24k", "capacity_frozen_mlp_24k",
-                                        "heads_cpu+heads_cpu_more", "modadd_97_6k+modadd_97_6k_more",
-                                        "capacity_cpu+capacity_cpu_more", "capacity_mixit_std+capacity_mixit_std_more",
-                                        "lm_cpu+lm_cpu_more", "lm_cpu_previous+lm_cpu_previous_more"), 2)}
+# Looks: a folder whose seeds were added after its words were first read is read at ALPHA over its
+# looks (Bonferroni), wherever a setting reads it; each holds its seeds counted at each look (seeds
+# 0-2 at the first, 3-4 at the second: (3, 5)).
+FIVE = (3, 5)  # 3 seeds, then 2 more
+ONE_MORE = (3, 4)  # 3 seeds, then 1 more
+LOOKS = {RETRIEVAL: (3, 5, 6), "heads_cpu+heads_cpu_more": (5, 15),
+         "modadd_97_6k+modadd_97_6k_more": (5, 6),
+         **dict.fromkeys(("retrieval_cpu", "yelp_standard", "yelp_bow", "depth_L2_standard",
+                          "depth_L16_standard", "capacity_mixit_24k", "capacity_frozen_mlp_24k"), FIVE),
+         **dict.fromkeys(("capacity_cpu+capacity_cpu_more", "capacity_mixit_std+capacity_mixit_std_more",
+                          "lm_cpu+lm_cpu_more", "lm_cpu_previous+lm_cpu_previous_more"), ONE_MORE)}
 COMMANDS = {  # what made each folder (each writes out/FOLDER): on a 2-core CPU, one thread a run, or one GPU (lm_gpu)
     "heads_cpu": "python train.py configs/heads_cpu.py --seeds=5",
     "heads_6k_softmax": "python train.py configs/heads_cpu.py --seeds=5 --attn=softmax --max_iters=6000 "
