@@ -5,11 +5,13 @@ checkpoints.
 """
 import ast
 import datetime
+import fcntl
 import functools
 import gc
 import hashlib
 import os
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -36,19 +38,34 @@ class Interrupted(Exception):
 
 
 class Stop:
-    """SIGTERM, SIGUSR1 (SLURM's warning before a pre-emption) and Ctrl-C set a flag: the run
-    checkpoints after the step it reads it in, and exits; a second Ctrl-C stops at once."""
+    """A request to stop: the run checkpoints after the step it reads it in, and exits. It comes as
+    SIGTERM, SIGUSR1 (SLURM's warning before a pre-emption), Ctrl-C, or another signal torchrun
+    forwards (SIGHUP, SIGQUIT); under torchrun, a worker whose launcher died asks as at SIGHUP."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
     def __init__(self):
         self.signum = 0
+        self.asked_at = 0.0
+        self.launcher = None
+        if "TORCHELASTIC_RUN_ID" in os.environ:
+            self.launcher = os.getppid()
         self.previous = {signum: signal.signal(signum, self.handle) for signum in self.SIGNALS}
 
     def handle(self, signum, frame):
-        if self.signum == signal.SIGINT == signum:
+        # The first request counts, its copies do not (a worker gets its own and torchrun's), but a
+        # Ctrl-C more than 2 s after the first stops at once.
+        if not self.signum:
+            self.signum = signum
+            self.asked_at = time.monotonic()
+        elif signum == signal.SIGINT and time.monotonic() - self.asked_at > 2:
             raise KeyboardInterrupt
-        self.signum = signum
+
+    def requested(self):
+        """The signal that asked for a stop, or 0."""
+        if self.launcher and os.getppid() != self.launcher:
+            self.handle(signal.SIGHUP, None)
+        return self.signum
 
     def restore(self):
         for signum, handler in self.previous.items():
@@ -65,6 +82,16 @@ def cli(main, argv):
         return 2 if isinstance(e, ConfigError) else 1
     except Interrupted as e:
         return 128 + e.args[0]
+    except KeyboardInterrupt:
+        print("stopped at once by Ctrl-C, without a checkpoint", file=sys.stderr)
+        return 128 + signal.SIGINT
+    # a collective that lost another process of the job (which says why in its own line)
+    except RuntimeError as e:
+        if not isinstance(e, dist.DistError) and "gloo" not in str(e):
+            raise
+        print(f"error: rank {os.environ.get('RANK')}: lost another process ({str(e)[:150]})",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -476,12 +503,28 @@ def load_weights(ckpt, path, build, optimizer=None):
 
 def write_atomic(path, write):
     """write(f) into path.tmp, fsync, then rename it to path: a kill mid-write leaves the last file
-    intact."""
-    with open(path + ".tmp", "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
+    intact. A failed write (a full disk) leaves it too, and no path.tmp: one line says how much room
+    it needs."""
+    tmp = path + ".tmp"
+    folder = os.path.dirname(path) or "."
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        # the rename itself survives a crash once the folder is synced
+        folder_fd = os.open(folder, os.O_RDONLY)
+        os.fsync(folder_fd)
+        os.close(folder_fd)
+    except OSError as e:
+        # at least the last file's size, or what was written before it failed
+        needed = max([os.path.getsize(p) for p in (path, tmp) if os.path.isfile(p)], default=0)
+        if os.path.isfile(tmp):
+            os.remove(tmp)
+        raise TrainingError(f"could not write {path} ({e.strerror}): make room for about "
+                            f"{needed / 2 ** 20:.1f} MB in {folder} and run again; the last "
+                            f"{os.path.basename(path)} is untouched") from None
 
 
 def check_writable(out_dir):
@@ -492,6 +535,27 @@ def check_writable(out_dir):
     except OSError as e:
         raise ConfigError(f"out_dir={out_dir} is not writable ({e.strerror}); "
                           f"choose another --out_dir") from None
+
+
+def lock_folder(folder, master=True):
+    """An out_dir has one run at a time: the master holds an flock on folder/train.lock (the kernel
+    frees it when the process dies) for the with-block this opens; a second run ends in one line."""
+    if not master:
+        return nullcontext()
+    lock = open(os.path.join(folder, "train.lock"), "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read()
+        lock.close()
+        raise ConfigError(f"{folder} is in use by {holder}: wait for that run to end, or choose "
+                          f"another --out_dir") from None
+    lock.truncate(0)
+    lock.write(f"the run of pid {os.getpid()} on {socket.gethostname()}, started "
+               f"{time.strftime('%Y-%m-%d %H:%M:%S')}")
+    lock.flush()
+    return lock
 
 
 def save_checkpoint(paths, model, optimizer, mconf, config, state):

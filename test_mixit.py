@@ -5,6 +5,7 @@ network; the real-data tests use ../shared/data and are skipped, with the reason
     python -m pytest -q
 """
 import gc
+import errno
 import hashlib
 import itertools
 import json
@@ -2170,9 +2171,10 @@ def test_nonfinite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, capsys):
     run = ["--task=addition_2", "--attn=softmax", *FAST]
     assert run_train(tmp_path, *run, "--max_iters=2") == 0
     before = (tmp_path / "ckpt.pt").read_bytes()
-    assert run_train(tmp_path, *run, "--max_iters=6", "--eval_interval=2", "--init_std=1e30") == 1
+    assert run_train(tmp_path, *run, "--max_iters=6", "--eval_interval=2", "--learning_rate=1e30",
+                     "--init_from=resume") == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "non-finite loss or gradient norm at iter 1" in err and "untouched" in err
+    assert err.count("\n") == 1 and "non-finite loss or gradient norm at iter 4" in err and "untouched" in err
     assert (tmp_path / "ckpt.pt").read_bytes() == before
 
 
@@ -2252,6 +2254,125 @@ def test_sigterm_checkpoints_the_current_step(tmp_path):
     assert a["iter"] == b["iter"] == step + 3
     assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6)  # the losses before the signal count too
     assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-6)
+
+
+def test_a_stop_counts_its_first_request_once_and_a_late_second_ctrl_c_at_once(monkeypatch, capsys):
+    """Every signal torchrun forwards asks for a stop; the first request holds, its copies change nothing, and a
+    Ctrl-C more than 2 s after the first stops at once, in one line."""
+    clock = [100.0]
+    monkeypatch.setattr(common, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    assert {signal.SIGHUP, signal.SIGQUIT} <= set(common.Stop.SIGNALS)
+    stop = common.Stop()
+    try:
+        os.kill(os.getpid(), signal.SIGHUP)
+        os.kill(os.getpid(), signal.SIGINT)
+        clock[0] += 1.0
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested() == signal.SIGHUP
+        clock[0] += 1.5
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        stop.restore()
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+    assert common.cli(interrupted, []) == 128 + signal.SIGINT
+    assert capsys.readouterr().err == "stopped at once by Ctrl-C, without a checkpoint\n"
+
+
+def test_a_worker_whose_launcher_died_stops_with_a_checkpoint(tmp_path, monkeypatch, capsys):
+    """Under torchrun (TORCHELASTIC_RUN_ID set), a worker whose parent changed (its launcher was killed) stops as at
+    SIGHUP after the step that sees it, with a checkpoint, rather than train on as an orphan."""
+    launcher, steps, step = os.getppid(), [], train.train_step
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setattr(os, "getppid", lambda: launcher + (len(steps) >= 2))
+    monkeypatch.setattr(train, "train_step", lambda *args: steps.append(1) or step(*args))
+    assert run_train(tmp_path, "--task=addition_2", "--max_iters=9", "--eval_interval=9", "--attn=softmax",
+                     "--n_layer=1", "--n_embd=16") == 128 + signal.SIGHUP
+    assert f"stopped by SIGHUP at iter 3: wrote {tmp_path / 'ckpt.pt'}" in capsys.readouterr().out
+    assert load_ckpt(tmp_path)["iter_num"] == 3
+
+
+def test_one_run_owns_an_out_dir(tmp_path, capsys):
+    """A run holds out_dir/train.lock: a second run into that folder, resumed or fresh, ends in one line naming the
+    first and changes nothing; a lock no process holds (its run ended or was killed) is taken over."""
+    args = ["--task=addition_2", "--max_iters=2", "--attn=softmax", "--n_layer=1", "--n_embd=16"]
+    assert run_train(tmp_path, *args) == 0
+    before = {path.name: path.read_bytes() for path in tmp_path.glob("*.*") if path.suffix != ".lock"}
+    with common.lock_folder(str(tmp_path)):
+        for more in ([], ["--init_from=resume", "--max_iters=4"]):
+            assert run_train(tmp_path, *args, *more) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and f"{tmp_path} is in use by the run of pid {os.getpid()} on " in err
+        assert {path.name: path.read_bytes() for path in tmp_path.glob("*.*") if path.suffix != ".lock"} == before
+    assert run_train(tmp_path, *args, "--init_from=resume", "--max_iters=4") == 0
+    assert load_ckpt(tmp_path)["iter_num"] == 4
+
+
+def test_a_fresh_run_keeps_the_earlier_one_aside(tmp_path, capsys):
+    """A fresh run into a folder that holds a run moves that run's files to previous-N and says so; a comparison
+    moves its runs' folders and its report together."""
+    args = ["--task=addition_2", "--max_iters=2", "--attn=softmax", "--n_layer=1", "--n_embd=16"]
+    assert run_train(tmp_path, *args) == 0
+    first = (tmp_path / "ckpt.pt").read_bytes()
+    for number in (1, 2):
+        assert run_train(tmp_path, *args) == 0
+        assert f"{tmp_path} held an earlier run: moved its files to {tmp_path / f'previous-{number}'}" in (
+            capsys.readouterr().out)
+    assert (tmp_path / "previous-1" / "ckpt.pt").read_bytes() == first and (tmp_path / "ckpt.pt").exists()
+    assert len(read_metrics(tmp_path / "previous-2")) == 1
+    comparison = tmp_path / "comparison"
+    for _ in range(2):
+        assert run_train(comparison, *args, "--attn=softmax,mixing", "--mixing_heads=") == 0
+    assert (comparison / "previous-1" / "results.md").exists() and (comparison / "results.md").exists()
+    assert (comparison / "previous-1" / "addition_2-mixing" / "ckpt.pt").exists()
+
+
+def test_a_corrupt_metrics_line_anywhere_is_one_line(tmp_path, capsys):
+    """A metrics line that is no JSON (an edit, a copy), not the last: the resume ends in one line naming the file and
+    line, and changes no file."""
+    args = ["--task=addition_2", "--max_iters=4", "--eval_interval=1", "--attn=softmax", "--n_layer=1", "--n_embd=16"]
+    assert run_train(tmp_path, *args) == 0
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "metrics.jsonl").write_text("".join(lines[:1] + [lines[1][5:]] + lines[2:]))
+    before = {path.name: path.read_bytes() for path in tmp_path.glob("*.*") if path.suffix != ".lock"}
+    assert run_train(tmp_path, *args, "--max_iters=6", "--init_from=resume") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tmp_path / 'metrics.jsonl'}, line 2, is not JSON" in err
+    assert {path.name: path.read_bytes() for path in tmp_path.glob("*.*") if path.suffix != ".lock"} == before
+
+
+def test_a_full_disk_at_the_best_checkpoint_is_one_line_and_the_resume_repairs_it(tmp_path, monkeypatch, capsys):
+    """The disk fills while best.pt is written at an improving eval: one line names the folder and the room needed,
+    no partial file stays, the latest checkpoint (the eval before) loads; once there is room, the resume redoes that
+    eval and writes best.pt, and the run ends as an uninterrupted one."""
+    args = ["--task=addition_2", "--max_iters=4", "--eval_interval=2", "--attn=softmax", "--n_layer=1", "--n_embd=16",
+            "--learning_rate=1e-2"]
+    assert run_train(tmp_path / "full", *args) == 0
+    full = read_metrics(tmp_path / "full")
+    assert full[1]["val_loss"] < full[0]["val_loss"]  # iter 4, the last, improves
+    save, part = torch.save, tmp_path / "part"
+
+    def full_disk(obj, f, *rest, **kwargs):
+        if f.name.endswith("best.pt.tmp") and obj["iter_num"] == 4:
+            f.write(b"half a checkpoint")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return save(obj, f, *rest, **kwargs)
+    monkeypatch.setattr(torch, "save", full_disk)
+    assert run_train(part, *args) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"could not write {part / 'best.pt'} (No space left on device)" in err
+    assert f"about {(part / 'best.pt').stat().st_size / 2 ** 20:.1f} MB in {part} and run again" in err
+    assert sorted(path.name for path in part.iterdir()) == ["best.pt", "ckpt.pt", "metrics.jsonl", "train.lock"]
+    assert load_ckpt(part)["iter_num"] == 2
+    monkeypatch.setattr(torch, "save", save)
+    assert run_train(part, *args, "--init_from=resume") == 0
+    assert [m["val_loss"] for m in read_metrics(part)] == [m["val_loss"] for m in full]
+    best = torch.load(part / "best.pt", weights_only=True)
+    assert best["iter_num"] == 4
+    assert all(torch.equal(best["model"][k], v) for k, v in
+               torch.load(tmp_path / "full" / "best.pt", weights_only=True)["model"].items())
 
 
 PRESETS = sorted(f[:-3] for f in os.listdir(os.path.join(HERE, "configs")) if f.endswith(".py") and f != "claims.py")
@@ -3927,7 +4048,7 @@ def test_the_latest_checkpoint_at_every_eval_and_on_time_the_best_apart(tmp_path
     monkeypatch.setattr(train, "train_step", timed_step)
     assert run_train(tmp_path, "--task=addition_2", "--max_iters=18", "--eval_interval=6", "--attn=softmax",
                      "--n_layer=1", "--n_embd=16", "--checkpoint_interval=0.05") == 0
-    latest, best = ["ckpt.pt"], ["ckpt.pt", "best.pt"]
+    latest, best = ["ckpt.pt"], ["best.pt", "ckpt.pt"]
     assert saved == [(latest, 5), (best, 6), (latest, 11), (latest, 12), (latest, 17), (best, 18)]
     assert len(read_metrics(tmp_path)) == 3
 def test_a_stop_is_read_at_the_next_step_whatever_the_log_interval(tmp_path, monkeypatch, capsys):
@@ -3982,6 +4103,77 @@ def test_sigterm_under_torchrun_checkpoints_within_a_step_and_resume_matches(tmp
     assert a["iter"] == b["iter"] == step + 2 and a["tokens"] == b["tokens"] and a["samples"] == b["samples"]
     for key in ("train_loss", "val_loss"):
         assert a[key] == pytest.approx(b[key], rel=1e-5)
+
+
+def test_a_stop_sent_twice_or_to_every_process_checkpoints_and_resumes_on_any_process_count(tmp_path):
+    """Two SIGINTs 10 ms apart stop one process once, with a checkpoint. Resumed on 2 processes under torchrun, a SIGINT
+    to the launcher and to every worker at once (each worker gets its own and torchrun's forward) checkpoints too.
+    Resumed on 1, the run ends as an uninterrupted one: train_loss counts the losses before each stop once, whatever
+    the process counts (1 -> 2 -> 1)."""
+    run = ["--task=addition_3", "--attn=softmax", "--eval_interval=5000", "--log_interval=1", "--lr_decay_iters=5000",
+           "--checkpoint_interval=0", *FAST, "--batch_size=16"]
+    stopped, log = tmp_path / "stopped", tmp_path / "stopped.log"
+    proc = start_run(stopped, *run, "--max_iters=5000")
+    wait_for(lambda: log.read_text().count("\niter ") >= 3, proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 128 + signal.SIGINT
+    first = load_ckpt(stopped)["iter_num"]
+    assert f"stopped by SIGINT at iter {first}: wrote" in log.read_text() and "Traceback" not in log.read_text()
+    with open(tmp_path / "ddp.log", "w") as out:
+        launcher = subprocess.Popen(torchrun_cmd(2, *run, "--device=cpu", "--max_iters=5000", "--init_from=resume",
+                                                 f"--out_dir={stopped}"), cwd=HERE, stdout=out,
+                                    stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    wait_for(lambda: (tmp_path / "ddp.log").read_text().count("\niter ") >= 3, launcher, timeout=180)
+    workers = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
+    assert len(workers) == 2
+    for pid in [launcher.pid, *map(int, workers)]:
+        os.kill(pid, signal.SIGINT)
+    assert launcher.wait(timeout=60) != 0
+    text = (tmp_path / "ddp.log").read_text()
+    second = load_ckpt(stopped)["iter_num"]
+    assert second > first and f"stopped by SIGINT at iter {second}: wrote" in text and 'train.py", line' not in text
+    assert run_train(stopped, *run, f"--max_iters={second + 2}", "--init_from=resume") == 0
+    assert run_train(tmp_path / "full", *run, f"--max_iters={second + 2}") == 0
+    a, b = read_metrics(stopped)[-1], read_metrics(tmp_path / "full")[-1]
+    assert a["iter"] == b["iter"] == second + 2 and a["tokens"] == b["tokens"]
+    for key in ("train_loss", "val_loss"):
+        assert a[key] == pytest.approx(b[key], rel=1e-5)
+
+
+FAULTS = {"disk": """
+import errno as _errno, os as _os, torch as _torch
+_save = _torch.save
+def _full_disk(obj, f, *rest, **kwargs):
+    if _os.environ["RANK"] == "0" and obj["iter_num"] == 4:
+        raise OSError(_errno.ENOSPC, "No space left on device")
+    return _save(obj, f, *rest, **kwargs)
+_torch.save = _full_disk
+""", "oom": """
+import os as _os, mixit as _mixit, torch as _torch
+_forward, _steps = _mixit.MixiT.forward, []
+def _out_of_memory(self, idx, targets=None, cache=None):
+    _steps.append(self.training)
+    if _os.environ["RANK"] == "1" and sum(_steps) == 3:
+        raise _torch.OutOfMemoryError("CUDA out of memory")
+    return _forward(self, idx, targets, cache)
+_mixit.MixiT.forward = _out_of_memory
+"""}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_ddp_a_full_disk_or_one_ranks_out_of_memory_ends_every_rank_in_one_line(tmp_path, fault):
+    """Under torchrun, the master's disk fills at iter 4's checkpoint, or rank 1 runs out of memory at step 3: every
+    process ends, each in one line, and the checkpoint of iter 2 loads."""
+    t0 = time.time()
+    proc = torchrun(tmp_path, FAULTS[fault], "--attn=softmax", timeout=300)
+    assert proc.returncode != 0 and time.time() - t0 < 120
+    assert 'train.py", line' not in proc.stderr and load_ckpt(tmp_path / "out")["iter_num"] == 2
+    if fault == "disk":
+        assert "error: could not write" in proc.stderr and "rank 1: stopped as rank 0 failed" in proc.stderr
+    else:
+        assert "error: out of memory" in proc.stderr and "error: rank 0: " in proc.stderr
 
 
 def test_probes_sharded_over_processes_sum_to_the_whole():

@@ -27,8 +27,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, check_writable, cli,
                     configure, defaults_of, fingerprint, format_time, load_checkpoint, load_weights,
-                    non_negative, peak_flops, positive, rule_that, save_checkpoint, setup,
-                    split_list, teardown, unit_interval, write_atomic)
+                    lock_folder, non_negative, peak_flops, positive, rule_that, save_checkpoint,
+                    setup, split_list, teardown, unit_interval, write_atomic)
 from data import chance_metrics, eval_metrics, make_task
 from mixit import ATTNS, FREEZES, LETTERS, MixiT, MixiTConfig, param_groups
 from report import describe_model, write_report
@@ -151,7 +151,8 @@ class RunState:
     """A run's counters, which its checkpoints save (these keys, in this order): loss_sum and
     loss_tokens since the last evaluation, the others since step 0."""
     iter_num: int = 0
-    # the loss summed over the scored tokens, as saved (while training it is summed on the device)
+    # the loss summed over every process's scored tokens (while training, each sums its own on the
+    # device)
     loss_sum: float = 0.0
     loss_tokens: int = 0
     tokens: int = 0
@@ -296,7 +297,7 @@ def start_run(config, task, env, ckpt_path, metrics_path):
         env.print(f"resumed {ckpt_path} at iter {state.iter_num}")
     if env.master:
         os.makedirs(config["out_dir"], exist_ok=True)
-        write_atomic(metrics_path, lambda f: f.write(jsonl(history).encode()))
+        write_metrics(metrics_path, history)
     env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] "
               f"{describe_model(mconf)}; "
               f"{model.get_num_params() / 1e6:.2f}M non-embedding parameters, "
@@ -305,19 +306,27 @@ def start_run(config, task, env, ckpt_path, metrics_path):
     return mconf, model, optimizer, state, history, chance
 
 
-def jsonl(metrics):
-    """metrics.jsonl's lines: one JSON object a line."""
-    return "".join(json.dumps(m) + "\n" for m in metrics)
+def write_metrics(path, history):
+    """metrics.jsonl: one JSON object a line, each eval's."""
+    text = "".join(json.dumps(m) + "\n" for m in history)
+    write_atomic(path, lambda f: f.write(text.encode()))
 
 
 def read_metrics(path, env):
     """metrics.jsonl's evals; a last line cut off (by a kill mid-write: a JSON object ends in }) is
-    dropped, said so."""
+    dropped, said so. Any other line that is no JSON ends the run in one line naming it."""
     with open(path) as f:
         lines = f.read().splitlines()
     if lines and not lines[-1].endswith("}"):
         env.print(f"{path}: dropped its last line, cut off mid-write: {lines.pop()[:60]}")
-    return [json.loads(line) for line in lines]
+    history = []
+    for number, line in enumerate(lines, 1):
+        try:
+            history.append(json.loads(line))
+        except ValueError:
+            raise ConfigError(f"{path}, line {number}, is not JSON: mend or delete that line, then "
+                              f"resume (no file was changed)") from None
+    return history
 
 
 def unfreeze_parameters(model, optimizer, weight_decay):
@@ -447,8 +456,9 @@ class Run:
         # a language model trains on the tokens it scores (predicts), a classifier on every position
         self.counts_scored = getattr(task, "counts_scored", False)
         self.peak = peak_flops(env.device, env.dtype)
-        # the loss summed over the scored tokens since the last evaluation, on the device (no sync)
-        self.loss_sum = torch.tensor(self.state.loss_sum, device=env.device)
+        # this process's loss summed over its scored tokens since the last evaluation, on the device
+        # (no sync): the processes' sums add up, so the saved total is the master's alone
+        self.loss_sum = torch.tensor(self.state.loss_sum * env.master, device=env.device)
         # the first step with a non-finite loss or gradient norm, kept on the device too
         self.first_bad = torch.tensor(-1, device=env.device)
         self.wrap_model()
@@ -516,7 +526,7 @@ class Run:
         checkpoint_due = env.master and 0 < interval < time.time() - self.saved_at
         # summed over the processes while the step runs, read after its backward: the step's scored
         # tokens (first, as train_step reads them), the checkpoint's flag and the stop signals'
-        stop_flags = [stop.signum == s for s in Stop.SIGNALS]
+        stop_flags = [stop.requested() == s for s in Stop.SIGNALS]
         agreement = env.agree([sum(counts), checkpoint_due] + stop_flags)
         batches = [env.to_device(x, y) for x, y in host_batches]
         try:
@@ -572,24 +582,31 @@ class Run:
         # resumed, the history holds the evaluations up to the checkpoint
         best = min([m["val_loss"] for m in self.history], default=math.inf)
         self.history.append(metrics)
-        self.save([metrics], metrics["val_loss"] < best)
+        self.save(metrics["val_loss"] < best)
         shown = [f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in scores.items()
                  if not isinstance(v, list)]
         self.env.print("eval " + ", ".join(shown))
         self.start_log_window()
         self.timed_from = time.time()
 
-    def save(self, metrics=(), best=False):
-        """The latest checkpoint (and the best) and metrics.jsonl's new lines. A collective (the
-        loss sum is all-reduced) that never writes a poisoned checkpoint."""
+    def save(self, best=False):
+        """metrics.jsonl, the best checkpoint, then the latest: a kill between them resumes from the
+        latest, which redoes the evaluations after it. A collective (the loss sum is all-reduced)
+        that never writes a poisoned checkpoint, and that every process leaves together, after the
+        master's write (torchrun kills the rest 30 s after the first exits)."""
         self.check_finite()
-        loss_sum = self.summed(self.loss_sum) / self.env.world_size
-        state = asdict(replace(self.state, loss_sum=loss_sum))
+        state = asdict(replace(self.state, loss_sum=self.summed(self.loss_sum)))
+        failure = None
         if self.env.master:
-            with open(self.metrics_path, "a") as f:
-                f.write(jsonl(metrics))
-            paths = [self.ckpt_path] + [os.path.join(self.config["out_dir"], "best.pt")] * best
-            save_checkpoint(paths, self.model, self.optimizer, self.mconf, self.config, state)
+            paths = [os.path.join(self.config["out_dir"], "best.pt")] * best + [self.ckpt_path]
+            try:
+                write_metrics(self.metrics_path, self.history)
+                save_checkpoint(paths, self.model, self.optimizer, self.mconf, self.config, state)
+            except TrainingError as e:
+                failure = e
+        if not self.env.from_master(failure is None):
+            raise failure or TrainingError(f"rank {self.env.rank}: stopped as rank 0 failed to "
+                                           f"write the checkpoint")
         self.saved_at = time.time()
 
     def clock_steps(self):
@@ -712,6 +729,27 @@ def build_tasks(runs):
     return tasks
 
 
+def keep_earlier_run(runs, out_dir, env):
+    """A fresh job never overwrites an earlier one: the earlier job's files (its runs' folders and
+    the files in out_dir) move to out_dir/previous-N, said so."""
+    folders = [run["out_dir"] for run in runs]
+    names = ("ckpt.pt", "metrics.jsonl")
+    if not any(os.path.isfile(os.path.join(f, name)) for f in folders for name in names):
+        return
+    number = 1
+    while os.path.exists(os.path.join(out_dir, f"previous-{number}")):
+        number += 1
+    previous = os.path.join(out_dir, f"previous-{number}")
+    moved = [entry.path for entry in os.scandir(out_dir)
+             if entry.is_file() and entry.name != "train.lock"]
+    moved += [f for f in folders if f != out_dir and os.path.isdir(f)]
+    os.makedirs(previous)
+    for path in moved:
+        os.replace(path, os.path.join(previous, os.path.basename(path)))
+    env.print(f"{out_dir} held an earlier run: moved its files to {previous} (--init_from=resume "
+              f"continues a run instead)")
+
+
 def main(argv):
     config = configure(DEFAULTS, argv, RULES)
     runs = plan_runs(config)
@@ -731,10 +769,14 @@ def main(argv):
                       f"--gradient_accumulation_steps=1 gives it {accum * rows} at once "
                       f"(as many sequences a step), if memory allows")
         check_writable(config["out_dir"])
-        start = time.time()
-        histories = [train_run(run, tasks[run["task"]], env, stop) for run in runs]
-        if len(runs) > 1:
-            write_report(runs, histories, run_label, config["out_dir"], env, time.time() - start)
+        with lock_folder(config["out_dir"], env.master):
+            if config["init_from"] == "scratch" and env.master:
+                keep_earlier_run(runs, config["out_dir"], env)
+            start = time.time()
+            histories = [train_run(run, tasks[run["task"]], env, stop) for run in runs]
+            if len(runs) > 1:
+                write_report(runs, histories, run_label, config["out_dir"], env,
+                             time.time() - start)
     finally:
         stop.restore()
         teardown(env)
