@@ -103,6 +103,9 @@ DRAWS = 400
 UNDER = ("below", "above")
 # the other model against the first; fails: it stays at its floor
 DIRECTIONS = ("higher", "lower", "match", "fails")
+# every word a setting can read
+WORDS = ("yes", "no", "equal at every seed", "fixed by construction", "not shown",
+         "not reproduced at this scale")
 # the names of a verdict's two models where none are given
 NAMES = ("the first", "the other")
 # two plateaus: sorted per-seed values apart by more than this and than 4 spreads (sample stds)
@@ -346,6 +349,12 @@ def part_word(words, labels):
     if len(groups) == 1:
         return base[0]
     return "; ".join(f"{w} {' and '.join(labs)}" for w, labs in groups.items())
+
+
+def word_counts(words):
+    """How many settings read each word, in WORDS' order: 'yes 3, no 1, not shown 4'."""
+    names = [re.match("(" + "|".join(WORDS) + r")\b", w).group() for w in words]
+    return ", ".join(f"{name} {names.count(name)}" for name in WORDS if name in names)
 
 
 def difference_cell(a, b, floor, directions, looks, p):
@@ -856,7 +865,8 @@ def claims_report(path, runs_dir):
         holm_rows.append({"claim": claim, "settings": len(rows),
                           "tested: Holm's family": len(ranks),
                           "words decided": decided, "kept by Holm": decided - len(dropped),
-                          "dropped": "; ".join(dropped)})
+                          "dropped": "; ".join(dropped),
+                          "the settings' words": word_counts([row["word"] for row, _ in read])})
     made = commands_table(loaded, commands, looked)
     return "\n".join(table(rows, {k: k for k in rows[0]})
                      for rows in (verdicts, settings, holm_rows, made))

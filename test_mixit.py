@@ -3464,7 +3464,8 @@ def test_the_claims_command_prints_each_parts_word_and_each_settings_reading(tmp
         ("at 500 steps, a match", "2: at α 0.025", "-0.3 [-0.324, -0.276] 97.5%, p 8.2e-08", "match", "no",
          "1 of 2, 0.025")]  # its 97.5 % interval: t(6) 2.969
     assert markdown_rows(holm) == [{"claim": "MixiT adds", "settings": "2", "tested: Holm's family": "2",
-                                    "words decided": "2", "kept by Holm": "2", "dropped": ""}]
+                                    "words decided": "2", "kept by Holm": "2", "dropped": "",
+                                    "the settings' words": "yes 1, no 1"}]
     assert markdown_rows(commands) == [
         {"comparison": "heads", "command": "`python train.py configs/heads_cpu.py --seeds=2`",
          "seeds, by look": "0-1 (look 1)", "runs": "4", "machine": "1 x cpu", "training time": "1m15s"},
@@ -3512,7 +3513,7 @@ def stored_claims(capsys):
 def test_the_documents_verdicts_are_the_claims_commands(capsys):
     """RESULTS.md's claims table gives each part of each claim the word python report.py configs/claims.py prints from
     the stored runs (assets/runs) and holds the settings and Holm tables as printed; the README's line for each claim
-    names every word its parts read."""
+    gives its settings' words and the decided words Holm keeps, as the Holm table prints them."""
     verdicts, settings, holm = stored_claims(capsys)
     printed = [(r["claim"], r["part"], r["verdict"]) for r in markdown_rows(verdicts)]
     unlink = lambda cell: re.sub(r"\[(.*?)\]\(.*?\)", r"\1", cell)  # links: their text
@@ -3520,14 +3521,17 @@ def test_the_documents_verdicts_are_the_claims_commands(capsys):
     rows = markdown_rows(results[results.index("| claim | part | verdict |"):])
     assert [(r["claim"], r["part"], r["verdict"]) for r in rows] == printed
     assert settings in results and holm in results
-    header = "| claim (its parts in [RESULTS](RESULTS.md#the-claims)) | the parts' words, in a few words | why |"
-    cells = {unlink(claim): words.lower() for claim, words, _ in
+    header = "| claim (its parts in [RESULTS](RESULTS.md#the-claims)) | the settings' words | why, in plain words |"
+    cells = {unlink(claim): words for claim, words, _ in
              (r.values() for r in markdown_rows(readme[readme.index(header):]))}
-    assert set(cells) == {claim for claim, _, _ in printed}
-    base = r"^(yes|no|not shown|equal at every seed|fixed by construction|not reproduced at this scale)\b"
-    for claim, part, word in printed:
-        for reading in word.split("; "):
-            assert re.search(r"\b" + re.match(base, reading).group(1) + r"\b", cells[claim]), (claim, part, reading)
+    words = "the settings' words"
+    expected = {r["claim"]: f"{r[words]}; {r['kept by Holm']} of {r['words decided']} decided kept"
+                for r in markdown_rows(holm)}
+    assert cells == expected
+    # each setting's word counted once: the counts add up to the claim's settings
+    for r in markdown_rows(holm):
+        counts = re.findall(r" (\d+)(?:,|$)", r[words])
+        assert sum(map(int, counts)) == int(r["settings"]), r["claim"]
 
 
 def test_holms_family_is_every_setting_a_claim_tested_and_a_reader_can_redo_it(capsys):
