@@ -538,11 +538,11 @@ def check_writable(out_dir):
 
 
 def lock_folder(folder, master=True):
-    """An out_dir has one run at a time: the master holds an flock on folder/train.lock (the kernel
-    frees it when the process dies) for the with-block this opens; a second run ends in one line."""
+    """An out_dir has one run at a time: the master holds an flock on folder/.lock (the kernel frees
+    it when the process dies) for the with-block this opens; a second run ends in one line."""
     if not master:
         return nullcontext()
-    lock = open(os.path.join(folder, "train.lock"), "a+")
+    lock = open(os.path.join(folder, ".lock"), "a+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -1764,8 +1764,8 @@ def test_mixing_heads_run_mixit_at_each_head_count(tmp_path, capsys):
     """MixiT at several head counts beside the others at n_head: labelled, each in its own out_dir."""
     assert run_train(tmp_path, "--task=addition_2", "--attn=softmax,mixing", "--max_iters=2", "--eval_interval=2",
                      *FAST, "--mixing_heads=1,4") == 0
-    assert sorted(os.listdir(tmp_path)) == ["addition_2-mixing-h1", "addition_2-mixing-h4", "addition_2-softmax",
-                                            "compare.png", "cost.png", "results.md", "runs.json"]
+    assert sorted(os.listdir(tmp_path)) == [".lock", "addition_2-mixing-h1", "addition_2-mixing-h4",
+                                            "addition_2-softmax", "compare.png", "cost.png", "results.md", "runs.json"]
     assert load_ckpt(tmp_path / "addition_2-mixing-h4")["model_args"]["n_head"] == 4
     assert load_ckpt(tmp_path / "addition_2-softmax")["model_args"]["n_head"] == 2
     assert "| addition_2 | mixing h=1 | 1 | 2 |" in capsys.readouterr().out
@@ -2270,6 +2270,7 @@ def test_a_stop_counts_its_first_request_once_and_a_late_second_ctrl_c_at_once(m
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.requested() == signal.SIGHUP
         clock[0] += 1.5
+        os.kill(os.getpid(), signal.SIGTERM)
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     finally:
@@ -2279,6 +2280,27 @@ def test_a_stop_counts_its_first_request_once_and_a_late_second_ctrl_c_at_once(m
         raise KeyboardInterrupt
     assert common.cli(interrupted, []) == 128 + signal.SIGINT
     assert capsys.readouterr().err == "stopped at once by Ctrl-C, without a checkpoint\n"
+
+
+def run_files(folder):
+    """The files of a run's folder, by name, but the lock (which names the run that holds it)."""
+    return {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file() and path.name != ".lock"}
+
+
+def test_a_collective_that_lost_a_process_is_one_line_and_other_errors_are_not_hidden(monkeypatch, capsys):
+    """A collective whose peer died (gloo's error, here in a stand-in) ends this process in one line, status 1: the
+    dead one's own line says why; any other RuntimeError keeps its traceback."""
+    monkeypatch.setenv("RANK", "0")
+
+    def lost(argv):
+        raise RuntimeError("[third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer")
+
+    def bug(argv):
+        raise RuntimeError("a bug")
+    assert common.cli(lost, []) == 1
+    assert capsys.readouterr().err.startswith("error: rank 0: lost another process ([third_party/gloo/")
+    with pytest.raises(RuntimeError, match="a bug"):
+        common.cli(bug, [])
 
 
 def test_a_worker_whose_launcher_died_stops_with_a_checkpoint(tmp_path, monkeypatch, capsys):
@@ -2295,19 +2317,19 @@ def test_a_worker_whose_launcher_died_stops_with_a_checkpoint(tmp_path, monkeypa
 
 
 def test_one_run_owns_an_out_dir(tmp_path, capsys):
-    """A run holds out_dir/train.lock: a second run into that folder, resumed or fresh, ends in one line naming the
+    """A run holds out_dir/.lock: a second run into that folder, resumed or fresh, ends in one line naming the
     first and changes nothing; a lock no process holds (its run ended or was killed) is taken over."""
     args = ["--task=addition_2", "--max_iters=2", "--attn=softmax", "--n_layer=1", "--n_embd=16"]
     assert run_train(tmp_path, *args) == 0
-    before = {path.name: path.read_bytes() for path in tmp_path.glob("*.*") if path.suffix != ".lock"}
+    before = run_files(tmp_path)
     with common.lock_folder(str(tmp_path)):
         for more in ([], ["--init_from=resume", "--max_iters=4"]):
             assert run_train(tmp_path, *args, *more) == 2
             err = capsys.readouterr().err
             assert err.count("\n") == 1 and f"{tmp_path} is in use by the run of pid {os.getpid()} on " in err
-        assert {path.name: path.read_bytes() for path in tmp_path.glob("*.*") if path.suffix != ".lock"} == before
+        assert run_files(tmp_path) == before
     assert run_train(tmp_path, *args, "--init_from=resume", "--max_iters=4") == 0
-    assert load_ckpt(tmp_path)["iter_num"] == 4
+    assert load_ckpt(tmp_path)["iter_num"] == 4 and (tmp_path / ".lock").read_text().count(" pid ") == 1
 
 
 def test_a_fresh_run_keeps_the_earlier_one_aside(tmp_path, capsys):
@@ -2321,6 +2343,7 @@ def test_a_fresh_run_keeps_the_earlier_one_aside(tmp_path, capsys):
         assert f"{tmp_path} held an earlier run: moved its files to {tmp_path / f'previous-{number}'}" in (
             capsys.readouterr().out)
     assert (tmp_path / "previous-1" / "ckpt.pt").read_bytes() == first and (tmp_path / "ckpt.pt").exists()
+    assert sorted(os.listdir(tmp_path / "previous-1")) == ["best.pt", "ckpt.pt", "metrics.jsonl"]
     assert len(read_metrics(tmp_path / "previous-2")) == 1
     comparison = tmp_path / "comparison"
     for _ in range(2):
@@ -2336,11 +2359,11 @@ def test_a_corrupt_metrics_line_anywhere_is_one_line(tmp_path, capsys):
     assert run_train(tmp_path, *args) == 0
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines(keepends=True)
     (tmp_path / "metrics.jsonl").write_text("".join(lines[:1] + [lines[1][5:]] + lines[2:]))
-    before = {path.name: path.read_bytes() for path in tmp_path.glob("*.*") if path.suffix != ".lock"}
+    before = run_files(tmp_path)
     assert run_train(tmp_path, *args, "--max_iters=6", "--init_from=resume") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{tmp_path / 'metrics.jsonl'}, line 2, is not JSON" in err
-    assert {path.name: path.read_bytes() for path in tmp_path.glob("*.*") if path.suffix != ".lock"} == before
+    assert run_files(tmp_path) == before
 
 
 def test_a_full_disk_at_the_best_checkpoint_is_one_line_and_the_resume_repairs_it(tmp_path, monkeypatch, capsys):
@@ -2364,7 +2387,7 @@ def test_a_full_disk_at_the_best_checkpoint_is_one_line_and_the_resume_repairs_i
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"could not write {part / 'best.pt'} (No space left on device)" in err
     assert f"about {(part / 'best.pt').stat().st_size / 2 ** 20:.1f} MB in {part} and run again" in err
-    assert sorted(path.name for path in part.iterdir()) == ["best.pt", "ckpt.pt", "metrics.jsonl", "train.lock"]
+    assert sorted(path.name for path in part.iterdir()) == [".lock", "best.pt", "ckpt.pt", "metrics.jsonl"]
     assert load_ckpt(part)["iter_num"] == 2
     monkeypatch.setattr(torch, "save", save)
     assert run_train(part, *args, "--init_from=resume") == 0

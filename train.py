@@ -731,7 +731,7 @@ def build_tasks(runs):
 
 def keep_earlier_run(runs, out_dir, env):
     """A fresh job never overwrites an earlier one: the earlier job's files (its runs' folders and
-    the files in out_dir) move to out_dir/previous-N, said so."""
+    the files in out_dir, but the lock) move to out_dir/previous-N, said so."""
     folders = [run["out_dir"] for run in runs]
     names = ("ckpt.pt", "metrics.jsonl")
     if not any(os.path.isfile(os.path.join(f, name)) for f in folders for name in names):
@@ -741,7 +741,7 @@ def keep_earlier_run(runs, out_dir, env):
         number += 1
     previous = os.path.join(out_dir, f"previous-{number}")
     moved = [entry.path for entry in os.scandir(out_dir)
-             if entry.is_file() and entry.name != "train.lock"]
+             if entry.is_file() and entry.name != ".lock"]
     moved += [f for f in folders if f != out_dir and os.path.isdir(f)]
     os.makedirs(previous)
     for path in moved:
