@@ -220,43 +220,56 @@ def first_word(words, looks=1, power=0.0):
     """The first word whose claims all hold, each at ALPHA / 2 over the looks, and its p (its
     claims' largest, scaled to ALPHA); or not shown and the smallest p of its words. With power:
     the first that would hold that often."""
-    smallest = math.inf
+    ps = []
     for word, claims in words:
         # with power: each of k claims at 1 - (1 - power) / k, so that all hold together that often
         p = 2 * looks * max(p_above(c, bound, 1 - (1 - power) / len(claims) if power else 0.0)
                             for c, bound in claims)
         if p < ALPHA:
             return word, p
-        smallest = min(smallest, p)
-    return "not shown", min(1.0, smallest)
+        ps.append(p)
+    return "not shown", min(1.0, *ps)
 
 
-def floor_status(skill, looks=1, lower_better=False):
-    """A skill (over_floor): at its floor (within ±MARGIN), clears it, short of it, or near it
-    (none of them shown)."""
+def floor_status(score, floor, looks=1, lower_better=False):
+    """A sample's score against its floor's: at it (within ±MARGIN), clears it, short of it, or
+    near it (none of them shown)."""
+    skill = over_floor(score, floor, lower_better)
     words = [("at", within(skill)), ("clears", [(skill, 0)]),
              (UNDER[lower_better], [(neg(skill), 0)])]
     return first_word(words, looks)[0].replace("not shown", "near")
 
 
+def needed_skill(a, b, floors, direction, lower_better, names):
+    """The model a claim needs shown STAKE past its floor (the one claimed better; else the first,
+    whose skill is lost, kept or matched): its name and skill (over_floor)."""
+    needed = int(direction == ("higher", "lower")[lower_better])
+    return names[needed], over_floor((a, b)[needed], floors[needed], lower_better)
+
+
 def decide(a, b, floors, direction, lower_better=False, looks=1, names=NAMES, power=0.0):
     """The word on two samples (mean, std, n) and their floors', and its p scaled to ALPHA (None:
-    no test). Two equal constants are equal at every seed (a direction: no). Any word is not
-    reproduced where the model the claim needs (the one claimed better; else the first, whose
-    skill is lost, kept or matched) is not shown STAKE past its floor; a decisive word names each
-    model that does not clear its floor."""
-    skills = [over_floor(s, f, lower_better) for s, f in zip((a, b), floors)]
+    no test). Two equal constants are equal at every seed (a direction: no, at the ceiling). Any
+    word is not reproduced where the model the claim needs (needed_skill) is not shown STAKE past
+    its floor; a decisive word names each model that does not clear its floor."""
     word, p = first_word(readings(a, b, floors, direction, lower_better), looks, power)
     if a[1] == b[1] == 0 and a[0] == b[0] and direction not in ("fails", "competitive"):
         word = f"equal at every seed ({min(a[2], b[2])} seeds a model)"
         if direction in ("higher", "lower"):
-            word = f"no: both {a[0]:.4g} at every seed ({min(a[2], b[2])} seeds a model)"
+            word = f"no: both at the ceiling {a[0]:.4g} at every seed " \
+                   f"({min(a[2], b[2])} seeds a model)"
         p = None
-    needed = int(direction == ("higher", "lower")[lower_better])
-    if word != "not shown" and 2 * looks * p_above(skills[needed], STAKE) >= ALPHA:
-        return f"not reproduced at this scale: {names[needed]} is not shown {STAKE:g} past its " \
+    name, skill = needed_skill(a, b, floors, direction, lower_better, names)
+    # with power: the gate passes that often too
+    if word != "not shown" and 2 * looks * p_above(skill, STAKE, power) >= ALPHA:
+        return f"not reproduced at this scale: {name} is not shown {STAKE:g} past its " \
                f"floor (the difference alone: {word})", p
-    status = [floor_status(k, looks, lower_better) for k in skills]
+    # not shown (a word would have failed the gate), the model it needs short of STAKE past its
+    # floor: at no count of seeds would a word be reproduced
+    if skill[0] < STAKE:
+        return f"not shown (not reproduced at any seed count: the model it needs is " \
+               f"{skill[0]:.2g} past its floor)", p
+    status = [floor_status(s, f, looks, lower_better) for s, f in zip((a, b), floors)]
     short = ", ".join(f"{n} {s} its floor" for n, s in zip(names, status) if s != "clears")
     if short and p is not None and word != "not shown" and direction != "fails":
         word += f" — {short}"
@@ -269,8 +282,10 @@ def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names
     against the first) and its p scaled to ALPHA (None: no test): two seeds each at equal
     budgets; a score that is its own floor (its value at init) at every seed is fixed by
     construction; not shown: the seeds for POWER at the next look, the word."""
-    if steps[0] != steps[1] or min(map(len, scores)) < 2:
-        return "unequal budgets" if steps[0] != steps[1] else "spread unknown", None
+    if steps[0] != steps[1]:
+        return "unequal budgets", None
+    if min(map(len, scores)) < 2:
+        return "spread unknown", None
     if own_floor and scores[1] == floors[1]:
         return "fixed by construction: the same at init and trained, at every seed " \
                "(not tested)", None
@@ -281,32 +296,33 @@ def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names
     split = any(map(plateaus, scores))
 
     def planned(n):  # the word that comes out with POWER at n seeds a model, at the next look
-        resized = [(mean, std, n) for mean, std, _ in floors]
+        resized = [(*f[:2], n) for f in floors]
         if not split:
             return decide((*a[:2], n), (*b[:2], n), resized, direction, lower_better, looks + 1,
-                          names, POWER)[0]
+                          power=POWER)[0]
         # seeds on two plateaus: the word most draws of n of the observed seeds give
         rng = np.random.default_rng(n)
-        words = [decide(sample(rng.choice(scores[0], n)), sample(rng.choice(scores[1], n)),
-                        resized, direction, lower_better, looks + 1, names)[0]
+        words = [decide(*[sample(rng.choice(s, n)) for s in scores], resized, direction,
+                        lower_better, looks + 1)[0]
                  for _ in range(DRAWS)]
         likely = max(words, key=words.count)
         return likely if words.count(likely) >= POWER * DRAWS else "not shown"
 
-    # the fewest seeds whose word comes out with POWER, by bisection (planned(n) is monotone)
-    lo = max(a[2], b[2])
+    # the fewest seeds whose word (not reproduced: none yet) comes out with POWER, by bisection
+    # (planned(n) is monotone), from the next look's: a model's most, one more where both have it
+    lo = max(a[2], b[2]) - (a[2] != b[2])
     hi = most + 1
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if planned(mid) != "not shown":
+        if not planned(mid).startswith("not "):
             hi = mid
         else:
             lo = mid
-    power = f"{POWER:.0%} power at look {looks + 1}" + ", by drawing the seeds" * split
+    power = f"≥ {POWER:.0%} power at look {looks + 1}" + ", by drawing the seeds" * split
     if hi > most:
         return f"not shown (more than {most} seeds a model for {power})", p
     # the likely word less its notes
-    likely = re.sub(r" —.*|(not reproduced at this scale).*", r"\1", planned(hi))
+    likely = re.sub(r" —.*", "", planned(hi))
     return f"not shown ({hi} seeds a model for {power}: likely {likely})", p
 
 
@@ -370,17 +386,20 @@ def difference_cell(a, b, floor, directions, looks, p):
         quantity = {"fails": ("other - floor", [(1, b), (-1, floor)]),
                     "competitive": ("other - (first + floor) / 2",
                                     [(1, b), (-.5, a), (-.5, floor)])}
-        tested = "" if p is None else f", p {p:.2g}"
-        shown = interval(c, looks) + tested
-        if directions[0] in quantity and p is not None:
-            label, terms = quantity[directions[0]]
-            shown = f"{c[0]:+.3g}; {label}: {interval(contrast(terms), looks)}{tested}"
+        # no test (two constants, a score fixed by construction): no interval
+        shown = f"{c[0]:+.3g} (no test)"
+        if p is not None:
+            shown = f"{interval(c, looks)}, p {p:.2g}"
+            if directions[0] in quantity:
+                label, terms = quantity[directions[0]]
+                shown = f"{c[0]:+.3g}; {label}: {interval(contrast(terms), looks)}, p {p:.2g}"
     if directions != ("competitive",):
         return shown
     # (b - fb) / (a - fb), its interval from the standard error of b - fb - share (a - fb)
-    share = (b[0] - floor[0]) / (a[0] - floor[0])
+    gain = a[0] - floor[0]
+    share = (b[0] - floor[0]) / gain
     _, se, df = contrast([(1, b), (share - 1, floor), (-share, a)])
-    spread = t_quantile(0.975, df) * se / abs(a[0] - floor[0]) if se else 0.0
+    spread = t_quantile(0.975, df) * se / abs(gain) if se else 0.0
     return f"{shown}; keeps {share:.0%} [{share - spread:.0%}, {share + spread:.0%}] of the " \
            f"first's gain"
 
@@ -409,22 +428,28 @@ def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, 
     own = not trained_floor and level == "induction_init"
     words = {d: verdict(scores, floors, steps, d, lower_better, looks, names, own)
              for d in directions}
+    word, p = words[directions[-1]]
+    evidence = difference_cell(a, b, fb, directions, looks, p)
+    # not reproduced: the evidence of the model the claim needs against STAKE past its floor too
+    if word.startswith("not reproduced"):
+        name, skill = needed_skill(a, b, (fa, fb), directions[-1], lower_better, names)
+        evidence += f"; {name} - floor: {interval(skill, looks)} (needs > {STAKE:g}), " \
+                    f"p {min(1.0, 2 * looks * p_above(skill, STAKE)):.2g}"
     shown = []
     for values, floor, logged, score, floor_sample in zip(scores, floors, levels, (a, b), (fa, fb)):
         # a score that is its own floor at every seed: at it
         status = "at" if own and values == floor else \
-            floor_status(over_floor(score, floor_sample, lower_better), looks, lower_better)
-        at_level = floor_status(over_floor(score, sample(logged), lower_better), looks) == "at"
+            floor_status(score, floor_sample, looks, lower_better)
+        at_level = floor_status(score, sample(logged), looks, lower_better) == "at"
         if trained_floor and status == UNDER[lower_better] and at_level:
             status = f"at {logged[0]:.4g}, {status}"
         spread = f" ± {score[1]:.2g}" if score[2] > 1 else ""
         shown.append(f"{score[0]:.4g}{spread} ({status} {floor_sample[0]:.4g})")
     return {"scores (floors)": " / ".join(shown),
-            "difference [interval], p": difference_cell(a, b, fb, directions, looks,
-                                                        words[directions[-1]][1]),
+            "difference [interval], p": evidence,
             "steps": " / ".join(f"{s:,}" for s in steps),
             "two plateaus": " / ".join(map(plateaus, scores)).strip(" /"),
-            **{d: w for d, (w, _) in words.items()}, "p": words[directions[-1]][1]}
+            **{d: w for d, (w, _) in words.items()}, "p": p}
 
 
 def rule_rows(finals):
@@ -453,9 +478,10 @@ def format_cell(value):
     return "" if value is None else str(value)
 
 
-def table(rows, columns):
+def table(rows, columns=None):
     """A markdown table of rows (dicts): columns maps each heading to a key (or a function of the
-    row)."""
+    row); none given: each key of the first row, its own heading."""
+    columns = columns or {k: k for k in rows[0]}
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         cells = [key(row) if callable(key) else row.get(key) for key in columns.values()]
@@ -497,7 +523,7 @@ def write_files(runs, histories, out_dir):
     rules = rule_rows(finals)
     if rules:
         text += f"\nThe verdict rule on each variant against the first: {RULE_NOTE}\n\n"
-        text += table(rules, {k: k for k in rules[0]})
+        text += table(rules)
     print("\n" + text, end="", flush=True)
     seeds = sorted({r["seed"] for r in finals})
     spread = f", mean ± sample std (n - 1) over seeds {', '.join(map(str, seeds))}" \
@@ -868,8 +894,7 @@ def claims_report(path, runs_dir):
                           "dropped": "; ".join(dropped),
                           "the settings' words": word_counts([row["word"] for row, _ in read])})
     made = commands_table(loaded, commands, looked)
-    return "\n".join(table(rows, {k: k for k in rows[0]})
-                     for rows in (verdicts, settings, holm_rows, made))
+    return "\n".join(map(table, (verdicts, settings, holm_rows, made)))
 
 
 def commands_table(loaded, commands, looked):
