@@ -3372,7 +3372,9 @@ def test_a_score_at_its_floor_reads_without_dividing_by_it():
     """Bits per parameter of 0 at the floor 0 (a table not yet held): the rule reads it, no share of a gain divides."""
     runs = [dict(task="memorize_8", variant=v, seed=s, iter=5, bits_per_param=0.0) for v in ("a", "b") for s in (0, 1)]
     cells = report.rule_cells(runs[:2], runs[2:], "bits_per_param")
-    assert cells["difference [interval], p"] == "+0 [+0, +0] 95%, p 1"
+    # the word's own p, then the floor gate's evidence that decided it
+    assert cells["difference [interval], p"] == \
+        "+0 [+0, +0] 95%, p 1; the first - floor: +0 [+0, +0] 95% (needs > 0.1), p 1"
     assert cells["higher"].startswith("not reproduced at this scale: the other is not shown 0.1 past its floor")
     assert cells["scores (floors)"] == "0 ± 0 (at 0) / 0 ± 0 (at 0)"
 
