@@ -363,6 +363,8 @@ class ScaledLinear(nn.Linear):
         self.mult = math.sqrt((base or config.base_width) / fan_in) if scaled else 1.0
 
     def forward(self, x):
+        if self.mult == 1.0:
+            return super().forward(x)
         return super().forward(x) * self.mult
 
 
