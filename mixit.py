@@ -631,11 +631,12 @@ class KVCache:
         self.v = [None] * n_layer
 
     def _write(self, bufs, layer, z):
-        """z (B, H, t, hd) at positions pos.. -> every position 0..pos+t-1. A new sequence (pos 0)
-        gets new buffers."""
+        """z (B, H, t, hd) at positions pos.. -> every position 0..pos+t-1. The buffers are made
+        again only when the batch, the heads or the dtype change."""
         end = self.pos + z.size(2)
-        if self.pos == 0:
-            bufs[layer] = z.new_empty(*z.shape[:2], self.size, z.size(3))
+        shape = (*z.shape[:2], self.size, z.size(3))
+        if bufs[layer] is None or bufs[layer].shape != shape or bufs[layer].dtype != z.dtype:
+            bufs[layer] = z.new_empty(shape)
         bufs[layer][:, :, self.pos:end] = z
         return bufs[layer][:, :, :end]
 
