@@ -740,8 +740,10 @@ class MixiT(Transformer):
             if top_k is not None:
                 kth = logits.topk(min(top_k, logits.size(-1))).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, -math.inf)
-            probs = logits.softmax(-1)
-            next_token = logits.argmax(-1) if top_k == 1 else probs.multinomial(1).view(-1)
+            if top_k == 1:
+                next_token = logits.argmax(-1)
+            else:
+                next_token = logits.softmax(-1).multinomial(1).view(-1)
             idx = torch.cat((idx, next_token[:, None]), dim=1)
         return idx
 
