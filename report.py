@@ -99,6 +99,8 @@ ALPHA = 0.05
 # at the observed means and stds (seeds on two plateaus: by drawing DRAWS sets of the seeds)
 POWER = 0.8
 DRAWS = 400
+# not shown: planned up to this many seeds a model
+MOST_SEEDS = 100
 # short of a floor, by lower_better: an accuracy below it, a loss above it
 UNDER = ("below", "above")
 # the other model against the first; fails: it stays at its floor
@@ -269,15 +271,18 @@ def decide(a, b, floors, direction, lower_better=False, looks=1, names=NAMES, po
     if skill[0] < STAKE:
         return f"not shown (not reproduced at any seed count: the model it needs is " \
                f"{skill[0]:.2g} past its floor)", p
+    # only a decisive word (a test, not fails) names a model that does not clear its floor
+    if p is None or word == "not shown" or direction == "fails":
+        return word, p
     status = [floor_status(s, f, looks, lower_better) for s, f in zip((a, b), floors)]
     short = ", ".join(f"{n} {s} its floor" for n, s in zip(names, status) if s != "clears")
-    if short and p is not None and word != "not shown" and direction != "fails":
+    if short:
         word += f" — {short}"
     return word, p
 
 
 def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names=NAMES,
-            own_floor=False, most=100):
+            own_floor=False):
     """The word on two models (per-seed scores, floors; steps: budgets; direction: the other's
     against the first) and its p scaled to ALPHA (None: no test): two seeds each at equal
     budgets; a score that is its own floor (its value at init) at every seed is fixed by
@@ -295,6 +300,8 @@ def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names
         return word, p
     split = any(map(plateaus, scores))
 
+    # each n's word once: the bisection's last pass is the word it names
+    @functools.cache
     def planned(n):  # the word that comes out with POWER at n seeds a model, at the next look
         resized = [(*f[:2], n) for f in floors]
         if not split:
@@ -311,7 +318,7 @@ def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names
     # the fewest seeds whose word (not reproduced: none yet) comes out with POWER, by bisection
     # (planned(n) is monotone), from the next look's: a model's most, one more where both have it
     lo = max(a[2], b[2]) - (a[2] != b[2])
-    hi = most + 1
+    hi = MOST_SEEDS + 1
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if not planned(mid).startswith("not "):
@@ -319,8 +326,8 @@ def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names
         else:
             lo = mid
     power = f"≥ {POWER:.0%} power at look {looks + 1}" + ", by drawing the seeds" * split
-    if hi > most:
-        return f"not shown (more than {most} seeds a model for {power})", p
+    if hi > MOST_SEEDS:
+        return f"not shown (more than {MOST_SEEDS} seeds a model for {power})", p
     # the likely word less its notes
     likely = re.sub(r" —.*", "", planned(hi))
     return f"not shown ({hi} seeds a model for {power}: likely {likely})", p
@@ -440,8 +447,8 @@ def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, 
         # a score that is its own floor at every seed: at it
         status = "at" if own and values == floor else \
             floor_status(score, floor_sample, looks, lower_better)
-        at_level = floor_status(score, sample(logged), looks, lower_better) == "at"
-        if trained_floor and status == UNDER[lower_better] and at_level:
+        if trained_floor and status == UNDER[lower_better] \
+                and floor_status(score, sample(logged), looks, lower_better) == "at":
             status = f"at {logged[0]:.4g}, {status}"
         spread = f" ± {score[1]:.2g}" if score[2] > 1 else ""
         shown.append(f"{score[0]:.4g}{spread} ({status} {floor_sample[0]:.4g})")
@@ -867,6 +874,7 @@ def claims_report(path, runs_dir):
     settings = []
     holm_rows = []
     for claim, rows in claims.items():
+        decided = 0
         read = [read_setting(claim, setting, loaded, runs_dir, looked) for setting in rows]
         # Holm's family: every setting the claim tested (constants and fixed scores aside)
         ranks = holm([(p, k) for k, (_, p) in enumerate(read) if p is not None])
@@ -879,6 +887,7 @@ def claims_report(path, runs_dir):
             if k in ranks:
                 rank, level, kept = ranks[k]
                 row["Holm: rank, level"] = f"{rank} of {len(ranks)}, {level:.2g}"
+                decided += not word.startswith("not ")
                 # a decided word that Holm's correction does not keep says so in its part
                 if not (kept or word.startswith("not ")):
                     word += ", not kept by Holm"
@@ -887,7 +896,6 @@ def claims_report(path, runs_dir):
             settings.append(row)
         verdicts += [{"claim": claim, "part": part, "verdict": part_word(*zip(*words))}
                      for part, words in parts.items()]
-        decided = sum(not read[k][0]["word"].startswith("not ") for k in ranks)
         holm_rows.append({"claim": claim, "settings": len(rows),
                           "tested: Holm's family": len(ranks),
                           "words decided": decided, "kept by Holm": decided - len(dropped),
