@@ -517,7 +517,6 @@ class Run:
         ahead = self.batches_ahead
         batch_args = (self.task, config, self.shares)
         host_batches = ahead.result() if ahead else step_batches(*batch_args, state.iter_num)
-        self.batches_ahead = None
         if env.device_type == "cuda":
             self.batches_ahead = AHEAD.submit(step_batches, *batch_args, state.iter_num + 1)
         counts = [int((y >= 0).sum()) for _, y in host_batches]
@@ -526,7 +525,8 @@ class Run:
         checkpoint_due = env.master and 0 < interval < time.time() - self.saved_at
         # summed over the processes while the step runs, read after its backward: the step's scored
         # tokens (first, as train_step reads them), the checkpoint's flag and the stop signals'
-        stop_flags = [stop.requested() == s for s in Stop.SIGNALS]
+        signum = stop.requested()
+        stop_flags = [signum == s for s in Stop.SIGNALS]
         agreement = env.agree([sum(counts), checkpoint_due] + stop_flags)
         batches = [env.to_device(x, y) for x, y in host_batches]
         try:
