@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import bench
 import common
 import data
+import keeper
 import mixit
 import prepare
 import report
@@ -1797,7 +1798,7 @@ def test_progress_line_of_a_step(world, peak, device, line, monkeypatch):
     """iter 5 of 10 at 0.25 s a step of 8000 tokens: 32,000 tokens/s, 5 steps left of 0.25 s."""
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 1.5 * 2 ** 30)  # a stand-in for the GPU's
     env = types.SimpleNamespace(world_size=world, ddp=world > 1, device_type=device, device=torch.device(device))
-    got = train.progress(5, {"max_iters": 10}, torch.tensor(1.23456), 3e-4, 0.25, 8000, 3e6, peak, env)
+    got = keeper.progress(5, {"max_iters": 10}, torch.tensor(1.23456), 3e-4, 0.25, 8000, 3e6, peak, env)
     assert got == "iter 5/10: loss 1.2346, lr 3.00e-04, 250.0 ms/iter, " + line
 
 
@@ -1806,7 +1807,7 @@ def test_log_lines_and_metrics_of_a_run(tmp_path, capsys, monkeypatch):
     steps 2 and 3: a log line reads its step's loss and learning rate, ms/iter x tok/s = 48 tokens and the MFU of a
     peak set by hand; an eval's train_loss is the mean of the step losses since the last; the eval line holds each
     metric to 4 decimals; metrics.jsonl counts the tokens and FLOPs of every step so far."""
-    monkeypatch.setattr(train, "peak_flops", lambda device, dtype: 1e9)
+    monkeypatch.setattr(keeper, "peak_flops", lambda device, dtype: 1e9)
     assert run_train(tmp_path, "--task=memorize_4", "--attn=softmax", "--max_iters=3", "--eval_interval=2", *FAST,
                      "--batch_size=8", "--gradient_accumulation_steps=3", "--log_interval=1") == 0
     out, metrics = capsys.readouterr().out, read_metrics(tmp_path)
@@ -1848,14 +1849,14 @@ def test_every_run_of_a_multi_run_job_is_compiled(tmp_path, monkeypatch):
 
 
 def count_ddp_broadcasts(rank, store_path, results):
-    """One of 2 gloo processes: 3 training steps of train.wrap's DDP model, then one forward of a plain DDP model,
+    """One of 2 gloo processes: 3 training steps of keeper.wrap's DDP model, then one forward of a plain DDP model,
     counting the buffer broadcasts of each; reports them with a digest of the gradients and matrices."""
     import torch.distributed as dist
     dist.init_process_group("gloo", rank=rank, world_size=2, init_method=f"file://{store_path}")
     try:
         torch.set_num_threads(1)
         model = tiny_model(attn="mixing")
-        ddp = train.wrap(model, {"compile": False}, types.SimpleNamespace(ddp=True, device_type="cpu", local_rank=0))
+        ddp = keeper.wrap(model, {"compile": False}, types.SimpleNamespace(ddp=True, device_type="cpu", local_rank=0))
         broadcasts, broadcast = [], dist._broadcast_coalesced
         dist._broadcast_coalesced = lambda *a, **k: broadcasts.append(a)  # counted, not sent: both ranks skip it
         for step in range(3):
@@ -3901,13 +3902,13 @@ def test_ddp_gets_the_device_it_picked_under_either_launcher(fake_cuda, monkeypa
     """torchrun on a 2-GPU machine (LOCAL_RANK 1: cuda:1) and a launcher that shows each process one GPU (SLURM, one
     GPU a task: LOCAL_RANK 3, only cuda:0 visible): DDP is handed the device picked, never LOCAL_RANK."""
     handed = []
-    monkeypatch.setattr(train, "DDP", lambda model, device_ids, **kw: handed.append(device_ids) or model)
+    monkeypatch.setattr(keeper, "DDP", lambda model, device_ids, **kw: handed.append(device_ids) or model)
     for local_rank, count, expected in (("1", 2, 1), ("3", 1, 0)):
         for var, value in dict(RANK=local_rank, LOCAL_RANK=local_rank, WORLD_SIZE="4").items():
             monkeypatch.setenv(var, value)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
         env = common.setup("cuda", "auto")
-        train.wrap(torch.nn.Linear(1, 1), {"compile": False}, env)
+        keeper.wrap(torch.nn.Linear(1, 1), {"compile": False}, env)
         assert env.device == torch.device("cuda", expected) and handed[-1] == [expected]
 
 
@@ -3939,7 +3940,7 @@ def test_a_share_without_scored_tokens_adds_nothing_and_two_processes_match_one(
         data.make_task("induction_2")
     config = dict(train.DEFAULTS, batch_size=2, gradient_accumulation_steps=2, seed=0)
     it = next(i for i in range(100) if any((y[r] < 0).all() for x, y in
-                                            train.step_batches(task, config, [(0, slice(None)), (1, slice(None))], i)
+                                            keeper.step_batches(task, config, [(0, slice(None)), (1, slice(None))], i)
                                             for r in range(2)))
     base = MixiT(MixiTConfig(vocab_size=task.vocab_size, block_size=task.block_size, n_layer=1, n_embd=16))
 
@@ -3949,7 +3950,7 @@ def test_a_share_without_scored_tokens_adds_nothing_and_two_processes_match_one(
         model = MixiT(base.config)
         model.load_state_dict(base.state_dict())
         shares = train.step_shares(2, 2, env) if world > 1 else [(0, slice(None)), (1, slice(None))]
-        batches = train.step_batches(task, config, shares, it)
+        batches = keeper.step_batches(task, config, shares, it)
         counts = [int((y >= 0).sum()) for _, y in batches]
         agreed = types.SimpleNamespace(wait=lambda: [sum(counts) if total is None else total])  # all-reduced
         opt = GradsAtStep(model)
@@ -3984,7 +3985,8 @@ def test_a_step_that_scores_nothing_leaves_the_weights_and_the_mean_counts_token
         after = [p.detach() for p in model.parameters()] + [s for state in optimizer.state.values()
                                                             for s in state.values()]
         unchanged = len(before) == len(after) and all(map(torch.equal, before, after))
-        steps.append((result.agreed[0], result.loss_sum.item(), unchanged))
+        loss_sum, _, agreed = result
+        steps.append((agreed[0], loss_sum.item(), unchanged))
         return result
     monkeypatch.setattr(train, "train_step", recorded)
     assert run_train(tmp_path, "--task=induction_2", "--batch_size=1", "--max_iters=12", "--eval_interval=12",
@@ -4072,7 +4074,7 @@ def test_figures_count_the_sequences_trained_and_leave_the_warm_up_out(tmp_path,
         return step(*args)
     timed_step.calls = 0
     monkeypatch.setattr(train, "train_step", timed_step)
-    monkeypatch.setattr(train, "time", types.SimpleNamespace(time=lambda: clock[0]))
+    monkeypatch.setattr(keeper, "time", types.SimpleNamespace(time=lambda: clock[0]))
     assert run_train(tmp_path, "--task=addition_2", "--attn=softmax", "--block_size=64", "--max_iters=3",
                      "--eval_interval=3", "--batch_size=4", "--log_interval=3", "--n_layer=1", "--n_embd=16") == 0
     m, out = read_metrics(tmp_path)[-1], capsys.readouterr().out
@@ -4103,7 +4105,7 @@ def test_batches_made_ahead_are_todays(monkeypatch, tmp_path, device):
     for name in ("addition_3", "dyck_10", "retrieval_4", "induction_8", "mqar_8", "memorize_4", "modadd_7"):
         config = dict(train.DEFAULTS, batch_size=8, seed=0)
         for it in range(3):
-            batches_digest(train.AHEAD.submit(train.step_batches, data.make_task(name), config,
+            batches_digest(keeper.AHEAD.submit(keeper.step_batches, data.make_task(name), config,
                                               [(0, slice(None)), (1, slice(None))], it).result(), h)
     assert h.hexdigest() == "30173dbd9a926986687e558bdb9c75a793aadc1a0937bef280b013290143e600"
     seen, step = [], train.train_step
@@ -4124,10 +4126,10 @@ def test_the_latest_checkpoint_at_every_eval_and_on_time_the_best_apart(tmp_path
     3 s after the last save); the best (best.pt, the latest too) where val_loss improves. metrics.jsonl holds every
     eval."""
     losses, saved, clock, step = iter([3.0, 4.0, 2.0]), [], [0.0], train.train_step
-    monkeypatch.setattr(train, "eval_metrics", lambda *a: {"val_loss": next(losses)})
-    monkeypatch.setattr(train, "save_checkpoint", lambda paths, m, o, c, cfg, state: saved.append(
+    monkeypatch.setattr(keeper, "eval_metrics", lambda *a: {"val_loss": next(losses)})
+    monkeypatch.setattr(keeper, "save_checkpoint", lambda paths, m, o, c, cfg, state: saved.append(
         ([os.path.basename(p) for p in paths], state["iter_num"])))
-    monkeypatch.setattr(train, "time", types.SimpleNamespace(time=lambda: clock[0]))
+    monkeypatch.setattr(keeper, "time", types.SimpleNamespace(time=lambda: clock[0]))
 
     def timed_step(*args):
         clock[0] += 1.0

@@ -11,26 +11,22 @@ values are Python literals (never evaluated) of the default's type; a bare --fla
 option on.
 """
 import hashlib
-import inspect
+import itertools
 import json
 import math
 import os
 import signal
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, fields, replace
-from typing import NamedTuple
 
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (ConfigError, Interrupted, OneOf, Stop, TrainingError, check_writable, cli,
-                    configure, defaults_of, fingerprint, format_time, load_checkpoint, load_weights,
-                    lock_folder, non_negative, peak_flops, positive, rule_that, save_checkpoint,
-                    setup, split_list, teardown, unit_interval, write_atomic)
-from data import chance_metrics, eval_metrics, make_task
-from mixit import ATTNS, FREEZES, LETTERS, MixiT, MixiTConfig, param_groups
+from common import (ConfigError, Interrupted, OneOf, Stop, check_writable, cli, configure,
+                    defaults_of, fingerprint, load_checkpoint, load_weights, lock_folder,
+                    non_negative, positive, rule_that, setup, split_list, teardown, unit_interval)
+from data import chance_metrics, make_task
+from keeper import RunKeeper, RunState, step_shares, unfreeze_parameters
+from mixit import ATTNS, FREEZES, LETTERS, MixiT, MixiTConfig
 from report import describe_model, write_report
 
 # -----------------------------------------------------------------------------
@@ -134,50 +130,14 @@ ARCH_KEYS = list(MixiTConfig.__dataclass_fields__)
 PAPER_ATTNS = ATTNS[:3]  # attn=all: the paper's three variants
 # the comma-list options' items
 LIST_RULES = {
-    "attn": rule_that(lambda a: a in ATTNS or a and set(a) <= set(LETTERS),
+    "attn": rule_that(lambda a: a in ATTNS or (a and set(a) <= set(LETTERS)),
                       f"valid: {', '.join(ATTNS)}, all, or one letter per layer "
                       f"(s softmax, f frozen_qk, m mixing, l learned_mixing)"),
     "freeze": OneOf(FREEZES),
     "mixing_heads": rule_that(lambda h: h.isdigit() and int(h) > 0, "valid: integers > 0"),
     "unfreeze_at": rule_that(lambda u: u == "never" or u.isdigit()
-                             or u[-1:] == "%" and u[:-1].isdigit() and int(u[:-1]) <= 100,
+                             or (u[-1:] == "%" and u[:-1].isdigit() and int(u[:-1]) <= 100),
                              "valid: never, a step like 2000 or a share like 50% (0-100%)")}
-# on a GPU, this thread makes the next step's batches while a step runs (a CPU's cores run the step)
-AHEAD = ThreadPoolExecutor(1)
-
-
-@dataclass
-class RunState:
-    """A run's counters, which its checkpoints save (these keys, in this order): loss_sum and
-    loss_tokens since the last evaluation, the others since step 0."""
-    iter_num: int = 0
-    # the loss summed over every process's scored tokens (while training, each sums its own on the
-    # device)
-    loss_sum: float = 0.0
-    loss_tokens: int = 0
-    tokens: int = 0
-    samples: int = 0
-    flops: float = 0.0
-    train_time: float = 0.0
-
-
-class StepResult(NamedTuple):
-    """train_step's result: this process's loss summed over its scored tokens and the gradient norm,
-    on the device, and the integers every process summed during the step (agreed), its scored tokens
-    first."""
-    loss_sum: torch.Tensor
-    grad_norm: torch.Tensor
-    agreed: list
-
-
-class StepOutcome(NamedTuple):
-    """A step as train_run's loop reads it: this process's loss sum (on the device), and what the
-    processes agreed on while it ran: its scored tokens, how many found the latest checkpoint due
-    (the master's clock), and the stop signal one received (0 if none)."""
-    loss_sum: torch.Tensor
-    scored: int
-    checkpoint_due: int
-    stop_signal: int
 
 
 # ----------------------------------------------------------------------------- one training run
@@ -224,18 +184,6 @@ def get_lr(it, config):
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
 
 
-def step_shares(accum, batch_size, env):
-    """This process's share of a step as (micro-batch, rows) pairs: the same sequences a step at any
-    process count."""
-    if accum % env.world_size == 0:
-        return [(k, slice(None)) for k in range(env.rank, accum, env.world_size)]
-    if batch_size % env.world_size == 0:
-        return [(k, slice(env.rank, None, env.world_size)) for k in range(accum)]
-    raise ConfigError(f"{env.world_size} processes can share neither "
-                      f"gradient_accumulation_steps={accum} nor batch_size={batch_size}; "
-                      f"make one of them a multiple of {env.world_size}")
-
-
 def new_model(config, task, env):
     """The model at init (uncompiled: evaluated and saved) and its optimizer. The fixed random parts
     are checked once to be the same on every process; what unfreezes later waits frozen, learned
@@ -271,45 +219,44 @@ def load_state(path, mconf, model, optimizer, config, env):
                if k in config and v != config[k] and k != "init_from"]
     if changed:
         env.print(f"resuming with changed training options: {', '.join(changed)}")
-    # its frozen parts had started training
+    # A checkpoint with more parameter groups was saved after its frozen parts started training.
     if len(ckpt.get("optimizer", {}).get("param_groups", ())) > len(optimizer.param_groups):
         unfreeze_parameters(model, optimizer, config["weight_decay"])
     load_weights(ckpt, path, lambda: model, optimizer)
-    # each counter of the checkpoint's, as its type (an older checkpoint may lack some: 0)
-    return RunState(**{f.name: type(f.default)(ckpt.get(f.name, f.default))
-                       for f in fields(RunState)})
+    # An older checkpoint may lack a counter: it counts from 0.
+    return RunState(iter_num=int(ckpt.get("iter_num", 0)),
+                    loss_sum=float(ckpt.get("loss_sum", 0)),
+                    loss_tokens=int(ckpt.get("loss_tokens", 0)),
+                    tokens=int(ckpt.get("tokens", 0)),
+                    samples=int(ckpt.get("samples", 0)),
+                    flops=float(ckpt.get("flops", 0)),
+                    train_time=float(ckpt.get("train_time", 0)))
 
 
-def start_run(config, task, env, ckpt_path, metrics_path):
-    """A run's model, optimizer, state, eval history (resumed: up to the checkpoint) and chance
-    levels (at init)."""
+def start_run(config, task, env):
+    """A run's keeper, holding its model, optimizer, counters, eval history (resumed: up to the
+    checkpoint) and chance levels (at init)."""
     mconf, model, optimizer = new_model(config, task, env)
-    # before a checkpoint is loaded
+    ckpt_path = os.path.join(config["out_dir"], "ckpt.pt")
+    metrics_path = os.path.join(config["out_dir"], "metrics.jsonl")
+    # The chance levels are the model's at init, so they are measured before a checkpoint loads.
     chance = chance_metrics(model, task, env, config["batch_size"])
     state = RunState()
     history = []
     resumes = os.path.isfile(ckpt_path) or not config.get("fresh_if_missing")
     if config["init_from"] == "resume" and resumes:
         state = load_state(ckpt_path, mconf, model, optimizer, config, env)
-        # its evals up to the checkpoint
+        # The evaluations after the checkpoint will be done again.
         if os.path.isfile(metrics_path):
             history = [m for m in read_metrics(metrics_path, env) if m["iter"] <= state.iter_num]
         env.print(f"resumed {ckpt_path} at iter {state.iter_num}")
-    if env.master:
-        os.makedirs(config["out_dir"], exist_ok=True)
-        write_metrics(metrics_path, history)
+    keeper = RunKeeper(config, task, env, mconf, model, optimizer, state, history, chance)
     env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] "
               f"{describe_model(mconf)}; "
               f"{model.get_num_params() / 1e6:.2f}M non-embedding parameters, "
               f"{model.get_num_params(trainable=True) / 1e6:.2f}M trainable; "
               f"out_dir {config['out_dir']}")
-    return mconf, model, optimizer, state, history, chance
-
-
-def write_metrics(path, history):
-    """metrics.jsonl: one JSON object a line, each eval's."""
-    text = "".join(json.dumps(m) + "\n" for m in history)
-    write_atomic(path, lambda f: f.write(text.encode()))
+    return keeper
 
 
 def read_metrics(path, env):
@@ -329,321 +276,81 @@ def read_metrics(path, env):
     return history
 
 
-def unfreeze_parameters(model, optimizer, weight_decay):
-    """Every frozen parameter starts training (fresh optimizer state, its kind's weight decay);
-    returns how many."""
-    params = [p for p in model.parameters() if not p.requires_grad]
-    for p in params:
-        p.requires_grad_(True)
-    for group in param_groups(params, weight_decay):
-        if group["params"]:
-            optimizer.add_param_group(group)
-    return sum(p.numel() for p in params)
-
-
-def wrap(model, config, env):
-    """The model that trains: compiled (afresh: each run of a multi-run job compiles, whatever
-    dynamo's recompile limit) and, under torchrun, in DDP, which syncs no buffers: the fixed ones
-    are identical by construction."""
-    train_model = model
-    if config["compile"] is True or (config["compile"] == "auto" and env.device_type == "cuda"):
-        torch._dynamo.reset()
-        train_model = torch.compile(model, dynamic=False)
-    if env.ddp:
-        # torch < 2.13 names it broadcast_buffers, which also skips the buffers' first broadcast
-        no_sync = "broadcast_buffers"
-        if "forward_sync_buffers" in inspect.signature(DDP).parameters:
-            no_sync = "forward_sync_buffers"
-        device_ids = [env.device.index] if env.device_type == "cuda" else None
-        train_model = DDP(train_model, device_ids=device_ids, **{no_sync: False})
-    return train_model
-
-
-def step_batches(task, config, shares, iter_num):
-    """This process's micro-batches (x, y) of a step, on the host: micro-batch k is the same at any
-    process count."""
-    return [[t[rows] for t in task.get_batch("train", config["batch_size"],
-                                             seed=[config["seed"], iter_num, micro])]
-            for micro, rows in shares]
-
-
-def train_step(train_model, batches, counts, agreement, optimizer, params, grad_clip, env):
+def train_step(model, batches, counts, agreement, optimizer, params, grad_clip, env):
     """One optimizer step over this process's micro-batches (x, y) on the device, counts their
-    scored tokens: each share's loss summed, its gradient scaled by world_size / the step's count
-    (read from agreement while the backward ran; DDP averages the processes'): the gradient of the
-    mean over every scored token of the step. A step that scores none leaves the weights and
+    scored tokens. agreement sums every process's scored tokens (first) and votes while the step
+    runs; it is read after the backward. Returns this process's loss summed over its scored tokens,
+    the gradient norm and the agreed sums. A step that scores no token leaves the weights and the
     optimizer as they were."""
-    step_loss = torch.zeros((), device=env.device)
-    for i, ((x, y), count) in enumerate(zip(batches, counts)):
+    # The gradient is that of the mean over every scored token of the step, on every process:
+    # each micro-batch's mean (the model's, 0 where none is scored) times its count is its sum, and
+    # after the backward the gradient is divided by the step's count. DDP averages the processes'
+    # gradients, so it is multiplied by world_size too.
+    loss_sum = torch.zeros((), device=env.device)
+    for micro, ((x, y), count) in enumerate(zip(batches, counts)):
         if env.ddp:
-            train_model.require_backward_grad_sync = i == len(batches) - 1
-        # the mean over this share's scored tokens, 0 where it has none
+            # DDP syncs the gradients in the backward of the last micro-batch only.
+            model.require_backward_grad_sync = micro == len(batches) - 1
         with env.autocast():
-            _, loss = train_model(x, y)
+            _, loss = model(x, y)
         loss = loss * count
         loss.backward()
-        step_loss += loss.detach()
+        loss_sum += loss.detach()
     agreed = agreement.wait()
-    norm = torch.zeros((), device=env.device)
-    # the step's scored tokens, over every process
-    if agreed[0]:
+    scored = agreed[0]
+    grad_norm = torch.zeros((), device=env.device)
+    if scored:
         grads = [p.grad for p in params if p.grad is not None]
-        torch._foreach_mul_(grads, env.world_size / agreed[0])
+        torch._foreach_mul_(grads, env.world_size / scored)
         if grad_clip:
-            norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return StepResult(step_loss, norm, agreed)
-
-
-def checkpoint_kept(ckpt_path, which):
-    """What a run that fails leaves behind, said in its error line."""
-    if os.path.isfile(ckpt_path):
-        return f"the {which} checkpoint {ckpt_path} is untouched"
-    return "no checkpoint written"
-
-
-def out_of_memory(config, ckpt_path):
-    batch = config["batch_size"]
-    accum = config["gradient_accumulation_steps"]
-    hint = "a smaller model"
-    if batch > 1:
-        hint = f"--batch_size={batch // 2} --gradient_accumulation_steps={2 * accum}"
-    return TrainingError(f"out of memory at batch_size={batch}: try {hint} (the same "
-                         f"{accum * batch} sequences a step); {checkpoint_kept(ckpt_path, 'last')}")
-
-
-def progress(iter_num, config, loss, lr, dt, tokens_per_iter, flops_per_token, peak, env,
-             scored=None):
-    """A step's log line: loss, step size, time, throughput (scored: a language model's share
-    scored), one MFU."""
-    tok_s = tokens_per_iter / dt
-    line = (f"iter {iter_num}/{config['max_iters']}: loss {loss:.4f}, lr {lr:.2e}, "
-            f"{dt * 1000:.1f} ms/iter, {tok_s:,.0f} tok/s")
-    per_process = ""
-    if env.ddp:
-        line += f" over {env.world_size} processes"
-        per_process = " per process"
-    if scored is not None:
-        line += f" ({scored:.0%} scored)"
-    mfu = "n/a"
-    if peak:
-        mfu = f"{flops_per_token * tok_s / env.world_size / peak * 100:.1f}%"
-    line += f", mfu {mfu}{per_process}, "
-    if env.device_type == "cuda":
-        line += f"peak {torch.cuda.max_memory_allocated(env.device) / 2 ** 30:.2f} GiB, "
-    return line + f"eta {format_time((config['max_iters'] - iter_num) * dt)}"
-
-
-class Run:
-    """One run's training, taken step by step by train_run's loop: the model and optimizer, the
-    counters (state), the evaluations (history), and what the steps keep on the device and the
-    clock."""
-
-    def __init__(self, config, task, env):
-        self.config = config
-        self.task = task
-        self.env = env
-        self.ckpt_path = os.path.join(config["out_dir"], "ckpt.pt")
-        self.metrics_path = os.path.join(config["out_dir"], "metrics.jsonl")
-        self.mconf, self.model, self.optimizer, self.state, self.history, self.chance = start_run(
-            config, task, env, self.ckpt_path, self.metrics_path)
-        self.unfreeze_at = unfreeze_step(config, self.state.iter_num)
-        self.shares = step_shares(config["gradient_accumulation_steps"], config["batch_size"], env)
-        # sequences a step over all processes, and their positions
-        self.step_rows = config["batch_size"] * config["gradient_accumulation_steps"]
-        self.tokens_per_iter = self.step_rows * task.block_size
-        # a language model trains on the tokens it scores (predicts), a classifier on every position
-        self.counts_scored = getattr(task, "counts_scored", False)
-        self.peak = peak_flops(env.device, env.dtype)
-        # this process's loss summed over its scored tokens since the last evaluation, on the device
-        # (no sync): the processes' sums add up, so the saved total is the master's alone
-        self.loss_sum = torch.tensor(self.state.loss_sum * env.master, device=env.device)
-        # the first step with a non-finite loss or gradient norm, kept on the device too
-        self.first_bad = torch.tensor(-1, device=env.device)
-        self.wrap_model()
-        # on a GPU, the future of the next step's batches
-        self.batches_ahead = None
-        self.saved_at = time.time()
-        # train_time grows by the time since timed_from: the steps', not the evaluations'
-        self.timed_from = time.time()
-        self.start_log_window()
-
-    def wrap_model(self):
-        """The model that trains (wrapped again when parts unfreeze: DDP hooks the parameters that
-        train as it is built), what trains (clipped together) and its training FLOPs per token."""
-        self.train_model = wrap(self.model, self.config, self.env)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.flops_per_token = self.model.flops_per_token(self.task.block_size)
-        # the model's first step (its compilation) is left out of the rate of the line that logs it
-        self.warming = True
-
-    def start_log_window(self):
-        """The next log line's time and rate count the steps from now."""
-        self.log_start = time.time()
-        self.log_iters = 0
-        self.log_scored = 0
-
-    def check_finite(self):
-        """Stop, without writing a checkpoint, if a step had a non-finite loss or gradient norm."""
-        step = self.env.agree_max(int(self.first_bad.item()))
-        if step >= 0:
-            raise TrainingError(f"non-finite loss or gradient norm at iter {step}; stopped, "
-                                f"{checkpoint_kept(self.ckpt_path, 'last good')}")
-
-    def summed(self, tensor):
-        """A device tensor summed over every process, read on the host."""
-        return self.env.all_reduce(tensor.clone()).item()
-
-    def unfreeze(self):
-        """The frozen parts start training, in the model wrapped again."""
-        count = unfreeze_parameters(self.model, self.optimizer, self.config["weight_decay"])
-        if count:
-            before = self.flops_per_token
-            self.wrap_model()
-            self.env.print(f"iter {self.state.iter_num}: unfroze {count:,} parameters; "
-                           f"training FLOPs per token {before / 1e6:.3f}M -> "
-                           f"{self.flops_per_token / 1e6:.3f}M")
-
-    def step(self, stop):
-        """One optimizer step at its iteration's learning rate, added to the counters."""
-        config = self.config
-        env = self.env
-        state = self.state
-        self.lr = get_lr(state.iter_num, config)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr
-        # the step's batches, on the host: on a GPU, a thread made them while the step before ran
-        ahead = self.batches_ahead
-        batch_args = (self.task, config, self.shares)
-        host_batches = ahead.result() if ahead else step_batches(*batch_args, state.iter_num)
-        if env.device_type == "cuda":
-            self.batches_ahead = AHEAD.submit(step_batches, *batch_args, state.iter_num + 1)
-        counts = [int((y >= 0).sum()) for _, y in host_batches]
-        # the master's clock says when the latest checkpoint is due
-        interval = config["checkpoint_interval"] * 60
-        checkpoint_due = env.master and 0 < interval < time.time() - self.saved_at
-        # summed over the processes while the step runs, read after its backward: the step's scored
-        # tokens (first, as train_step reads them), the checkpoint's flag and the stop signals'
-        signum = stop.requested()
-        stop_flags = [signum == s for s in Stop.SIGNALS]
-        agreement = env.agree([sum(counts), checkpoint_due] + stop_flags)
-        batches = [env.to_device(x, y) for x, y in host_batches]
-        try:
-            result = train_step(self.train_model, batches, counts, agreement, self.optimizer,
-                                self.params, config["grad_clip"], env)
-        except torch.OutOfMemoryError:
-            raise out_of_memory(config, self.ckpt_path) from None
-        scored, checkpoint_votes, *stop_votes = result.agreed
-        state.iter_num += 1
-        finite = result.loss_sum.isfinite() & result.grad_norm.isfinite()
-        self.first_bad = torch.where((self.first_bad < 0) & ~finite, state.iter_num, self.first_bad)
-        self.loss_sum += result.loss_sum
-        trained = scored if self.counts_scored else self.tokens_per_iter
-        state.tokens += trained
-        state.flops += self.flops_per_token * trained
-        state.samples += self.step_rows
-        state.loss_tokens += scored
-        self.log_scored += scored
-        self.log_iters += 1
-        stop_signal = next((s for s, n in zip(Stop.SIGNALS, stop_votes) if n), 0)
-        return StepOutcome(result.loss_sum, scored, checkpoint_votes, stop_signal)
-
-    def log(self, step):
-        """The step's log line (the one host sync of a logging step): its loss is the mean over its
-        scored tokens, the time and throughput are those since the last line."""
-        self.check_finite()
-        dt = (time.time() - self.log_start) / self.log_iters
-        loss = self.summed(step.loss_sum) / (step.scored or math.nan)
-        share = None
-        if self.counts_scored:
-            share = self.log_scored / self.log_iters / self.tokens_per_iter
-        line = progress(self.state.iter_num, self.config, loss, self.lr, dt, self.tokens_per_iter,
-                        self.flops_per_token, self.peak, self.env, share)
-        self.env.print(line + (", warm-up step included" if self.warming else ""))
-
-    def evaluate(self):
-        """Evaluate, save the latest checkpoint (and the best, where val_loss is the lowest yet) and
-        log."""
-        state = self.state
-        # the loss read above waited for the device: the steps are done (the evaluation's own time
-        # is left out: the clock restarts after it)
-        self.clock_steps()
-        train_loss = math.nan
-        if state.loss_tokens:
-            train_loss = self.summed(self.loss_sum) / state.loss_tokens
-        self.loss_sum.zero_()
-        state.loss_tokens = 0
-        evals = eval_metrics(self.model, self.task, self.config["batch_size"], self.env,
-                             self.chance)
-        scores = {"iter": state.iter_num, "train_loss": train_loss, **evals}
-        metrics = {**scores, "lr": self.lr, "tokens": state.tokens, "samples": state.samples,
-                   "flops": state.flops, "time": round(state.train_time, 2)}
-        # resumed, the history holds the evaluations up to the checkpoint
-        best = min([m["val_loss"] for m in self.history], default=math.inf)
-        self.history.append(metrics)
-        self.save(metrics["val_loss"] < best)
-        shown = [f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in scores.items()
-                 if not isinstance(v, list)]
-        self.env.print("eval " + ", ".join(shown))
-        self.start_log_window()
-        self.timed_from = time.time()
-
-    def save(self, best=False):
-        """metrics.jsonl, the best checkpoint, then the latest: a kill between them resumes from the
-        latest, which redoes the evaluations after it. A collective (the loss sum is all-reduced)
-        that never writes a poisoned checkpoint, and that every process leaves together, after the
-        master's write (torchrun kills the rest 30 s after the first exits)."""
-        self.check_finite()
-        state = asdict(replace(self.state, loss_sum=self.summed(self.loss_sum)))
-        failure = None
-        if self.env.master:
-            paths = [os.path.join(self.config["out_dir"], "best.pt")] * best + [self.ckpt_path]
-            try:
-                write_metrics(self.metrics_path, self.history)
-                save_checkpoint(paths, self.model, self.optimizer, self.mconf, self.config, state)
-            except TrainingError as e:
-                failure = e
-        if not self.env.from_master(failure is None):
-            raise failure or TrainingError(f"rank {self.env.rank}: stopped as rank 0 failed to "
-                                           f"write the checkpoint")
-        self.saved_at = time.time()
-
-    def clock_steps(self):
-        """Add the steps' time since timed_from to train_time."""
-        self.state.train_time += time.time() - self.timed_from
-        self.timed_from = time.time()
+    return loss_sum, grad_norm, agreed
 
 
 def train_run(config, task, env, stop):
     """Train one (task, attn, freeze, unfreeze, seed) run into config['out_dir']; return its eval
     history."""
-    run = Run(config, task, env)
-    while run.state.iter_num < config["max_iters"]:
-        if run.state.iter_num == run.unfreeze_at:
-            run.unfreeze()
-        step = run.step(stop)
-        iter_num = run.state.iter_num
-        last = iter_num == config["max_iters"]
+    keeper = start_run(config, task, env)
+    unfreeze_at = unfreeze_step(config, keeper.state.iter_num)
+    max_iters = config["max_iters"]
+    while keeper.state.iter_num < max_iters:
+        iter_num = keeper.state.iter_num
+        if iter_num == unfreeze_at:
+            keeper.unfreeze()
+        lr = get_lr(iter_num, config)
+        for group in keeper.optimizer.param_groups:
+            group["lr"] = lr
+        batches, counts, agreement = keeper.before_step(stop)
+        try:
+            loss_sum, grad_norm, agreed = train_step(keeper.train_model, batches, counts, agreement,
+                                                     keeper.optimizer, keeper.params,
+                                                     config["grad_clip"], env)
+        except torch.OutOfMemoryError:
+            raise keeper.out_of_memory() from None
+        keeper.after_step(loss_sum, grad_norm, agreed)
+        iter_num += 1
+        last = iter_num == max_iters
         logs = iter_num % config["log_interval"] == 0 or last
         if logs:
-            run.log(step)
-        # a model's first step (compiling) is left out of the next line's rate
-        if logs or run.warming:
-            run.start_log_window()
-            run.warming = False
+            keeper.log(loss_sum, lr)
+        # A model's first step compiles: the next line's rate starts after it.
+        if logs or keeper.warming:
+            keeper.start_log_window()
+            keeper.warming = False
         evaluates = iter_num % config["eval_interval"] == 0 or last
         if evaluates:
-            run.evaluate()
-        # the latest checkpoint, on time or to stop (an evaluation has just written one)
-        if step.stop_signal or step.checkpoint_due and not evaluates:
-            run.clock_steps()
-            run.save()
-        if step.stop_signal:
-            env.print(f"stopped by {signal.Signals(step.stop_signal).name} at iter {iter_num}: "
-                      f"wrote {run.ckpt_path}; continue with --init_from=resume")
-            raise Interrupted(step.stop_signal)
-    return run.history
+            keeper.evaluate(lr)
+        # The latest checkpoint is written on time, or to stop. An evaluation has just written one.
+        if keeper.stop_signal or (keeper.checkpoint_due and not evaluates):
+            keeper.clock_steps()
+            keeper.save()
+        if keeper.stop_signal:
+            env.print(f"stopped by {signal.Signals(keeper.stop_signal).name} at iter {iter_num}: "
+                      f"wrote {keeper.ckpt_path}; continue with --init_from=resume")
+            raise Interrupted(keeper.stop_signal)
+    return keeper.history
 
 
 # ------------------------------------------------------------------------ several runs side by side
@@ -682,15 +389,22 @@ def plan_runs(config):
     attns = list(PAPER_ATTNS) if config["attn"] == "all" else list_option(config, "attn")
     freezes = list_option(config, "freeze")
     schedules = list_option(config, "unfreeze_at")
-    # MixiT's head counts
     heads = [config["n_head"]]
     if config["mixing_heads"]:
         heads = [int(h) for h in list_option(config, "mixing_heads")]
+    # attn=mixing runs at each of MixiT's head counts, the other variants at n_head.
+    variants = []
+    for attn in attns:
+        if attn == "mixing":
+            variants += [(attn, h) for h in heads]
+        else:
+            variants.append((attn, config["n_head"]))
     seeds = range(config["seed"], config["seed"] + config["seeds"])
-    runs = [dict(config, task=t, attn=a, n_head=h, freeze=f, unfreeze_at=u, seed=s, seeds=1)
-            for t in tasks for a in attns for h in (heads if a == "mixing" else [config["n_head"]])
-            for f in freezes for u in schedules for s in seeds
-            if u == "never" or starts_frozen(a, f)]
+    runs = []
+    for t, (a, h), f, u, s in itertools.product(tasks, variants, freezes, schedules, seeds):
+        if u == "never" or starts_frozen(a, f):
+            runs.append(dict(config, task=t, attn=a, n_head=h, freeze=f, unfreeze_at=u, seed=s,
+                             seeds=1))
     if not runs:
         raise ConfigError(f"unfreeze_at={config['unfreeze_at']!r}: attn={config['attn']!r} with "
                           f"freeze={config['freeze']!r} has nothing frozen to unfreeze; add never, "
