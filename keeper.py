@@ -139,10 +139,6 @@ class RunKeeper:
         self.history = history
         self.chance = chance
         self.ckpt_path = os.path.join(config["out_dir"], "ckpt.pt")
-        self.metrics_path = os.path.join(config["out_dir"], "metrics.jsonl")
-        if env.master:
-            os.makedirs(config["out_dir"], exist_ok=True)
-            write_metrics(self.metrics_path, history)
         self.shares = step_shares(config["gradient_accumulation_steps"], config["batch_size"], env)
         # The sequences of a step over all processes, and their positions.
         self.step_rows = config["batch_size"] * config["gradient_accumulation_steps"]
@@ -154,18 +150,16 @@ class RunKeeper:
         # This process's loss summed over its scored tokens since the last evaluation, kept on the
         # device (no sync). The processes' sums add up, so the master alone starts from the saved
         # total.
-        self.loss_sum = torch.tensor(0.0, device=env.device)
-        if env.master:
-            self.loss_sum.fill_(state.loss_sum)
+        self.loss_sum = torch.tensor(state.loss_sum if env.master else 0.0, device=env.device)
         # The first step with a non-finite loss or gradient norm, kept on the device too.
         self.first_bad = torch.tensor(-1, device=env.device)
+        self.start_log_window()
         self.wrap_model()
         # On a GPU, the future of the next step's batches.
         self.batches_ahead = None
         self.saved_at = time.time()
         # train_time grows by the time since timed_from: the steps', not the evaluations'.
         self.timed_from = time.time()
-        self.start_log_window()
 
     def wrap_model(self):
         """The model that trains (wrapped again when parts unfreeze: DDP hooks the parameters that
@@ -177,7 +171,8 @@ class RunKeeper:
         self.warming = True
 
     def start_log_window(self):
-        """The next log line's time and rate count the steps from now."""
+        """The next log line's time and rate count the steps from now, none of them a warm-up."""
+        self.warming = False
         self.log_start = time.time()
         self.log_iters = 0
         self.log_scored = 0
@@ -196,24 +191,22 @@ class RunKeeper:
         """The step's micro-batches on the device, their scored tokens, and the agreement that sums
         over the processes, while the step runs, the step's scored tokens (first), the checkpoint
         clock's vote and the stop requests' votes."""
-        config = self.config
         env = self.env
         iter_num = self.state.iter_num
+        batch_args = (self.task, self.config, self.shares)
         # On a GPU, a thread made the step's batches while the step before ran.
         if self.batches_ahead:
             host_batches = self.batches_ahead.result()
         else:
-            host_batches = step_batches(self.task, config, self.shares, iter_num)
+            host_batches = step_batches(*batch_args, iter_num)
         if env.device_type == "cuda":
-            self.batches_ahead = AHEAD.submit(step_batches, self.task, config, self.shares,
-                                              iter_num + 1)
+            self.batches_ahead = AHEAD.submit(step_batches, *batch_args, iter_num + 1)
         counts = [int((y >= 0).sum()) for _, y in host_batches]
         # The master's clock says when the latest checkpoint is due.
-        interval = config["checkpoint_interval"] * 60
+        interval = self.config["checkpoint_interval"] * 60
         checkpoint_due = env.master and 0 < interval < time.time() - self.saved_at
         signum = stop.requested()
-        stop_flags = [signum == s for s in Stop.SIGNALS]
-        agreement = env.agree([sum(counts), checkpoint_due] + stop_flags)
+        agreement = env.agree([sum(counts), checkpoint_due] + [signum == s for s in Stop.SIGNALS])
         batches = [env.to_device(x, y) for x, y in host_batches]
         return batches, counts, agreement
 
@@ -222,19 +215,20 @@ class RunKeeper:
         the processes agreed on while it ran: its scored tokens, whether the latest checkpoint is
         due (the master's clock), and the stop signal one received (0 if none)."""
         state = self.state
-        self.scored = agreed[0]
+        scored = agreed[0]
+        self.scored = scored
         self.checkpoint_due = agreed[1]
         self.stop_signal = next((s for s, votes in zip(Stop.SIGNALS, agreed[2:]) if votes), 0)
         state.iter_num += 1
         finite = loss_sum.isfinite() & grad_norm.isfinite()
         self.first_bad = torch.where((self.first_bad < 0) & ~finite, state.iter_num, self.first_bad)
         self.loss_sum += loss_sum
-        trained = self.scored if self.counts_scored else self.tokens_per_iter
+        trained = scored if self.counts_scored else self.tokens_per_iter
         state.tokens += trained
         state.flops += self.flops_per_token * trained
         state.samples += self.step_rows
-        state.loss_tokens += self.scored
-        self.log_scored += self.scored
+        state.loss_tokens += scored
+        self.log_scored += scored
         self.log_iters += 1
 
     def check_finite(self):
@@ -299,11 +293,12 @@ class RunKeeper:
         state = asdict(replace(self.state, loss_sum=self.summed(self.loss_sum)))
         failure = None
         if self.env.master:
+            out_dir = self.config["out_dir"]
             paths = [self.ckpt_path]
             if best:
-                paths.insert(0, os.path.join(self.config["out_dir"], "best.pt"))
+                paths.insert(0, os.path.join(out_dir, "best.pt"))
             try:
-                write_metrics(self.metrics_path, self.history)
+                write_metrics(os.path.join(out_dir, "metrics.jsonl"), self.history)
                 save_checkpoint(paths, self.model, self.optimizer, self.mconf, self.config, state)
             except TrainingError as e:
                 failure = e

@@ -4012,6 +4012,21 @@ def test_resume_drops_a_cut_off_metrics_line_and_counts_what_each_step_trained(t
     assert (metrics[-1]["tokens"], metrics[-1]["samples"]) == (4 * 8 * 9 + 4 * 32 * 9, 4 * 8 + 4 * 32)
 
 
+def test_a_checkpoint_without_some_counters_resumes_them_from_0(tmp_path):
+    """A checkpoint written before a counter existed (here without samples, flops and train_time) still resumes:
+    those counters count on from 0, the others from their saved values (addition_2 at batch 8: 9 positions)."""
+    args = ["--task=addition_2", "--attn=softmax", "--eval_interval=2", "--n_layer=1", "--n_embd=16", "--batch_size=8"]
+    assert run_train(tmp_path, *args, "--max_iters=2") == 0
+    ckpt = load_ckpt(tmp_path)
+    for key in ("samples", "flops", "train_time"):
+        del ckpt[key]
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    assert run_train(tmp_path, *args, "--max_iters=4", "--init_from=resume") == 0
+    first, last = read_metrics(tmp_path)
+    assert (last["iter"], last["tokens"], last["samples"]) == (4, 4 * 8 * 9, 2 * 8)
+    assert last["flops"] == pytest.approx(first["flops"])
+
+
 def test_the_loss_in_chunks_is_the_whole_loss(monkeypatch):
     """The loss over the vocabulary a few positions at a time, each chunk's logits made again in the backward pass:
     the loss and every gradient of the whole (B, T, V) at once, to float tolerance; in evaluate too."""

@@ -25,7 +25,7 @@ from common import (ConfigError, Interrupted, OneOf, Stop, check_writable, cli, 
                     defaults_of, fingerprint, load_checkpoint, load_weights, lock_folder,
                     non_negative, positive, rule_that, setup, split_list, teardown, unit_interval)
 from data import chance_metrics, make_task
-from keeper import RunKeeper, RunState, step_shares, unfreeze_parameters
+from keeper import RunKeeper, RunState, step_shares, unfreeze_parameters, write_metrics
 from mixit import ATTNS, FREEZES, LETTERS, MixiT, MixiTConfig
 from report import describe_model, write_report
 
@@ -224,13 +224,13 @@ def load_state(path, mconf, model, optimizer, config, env):
         unfreeze_parameters(model, optimizer, config["weight_decay"])
     load_weights(ckpt, path, lambda: model, optimizer)
     # An older checkpoint may lack a counter: it counts from 0.
-    return RunState(iter_num=int(ckpt.get("iter_num", 0)),
-                    loss_sum=float(ckpt.get("loss_sum", 0)),
-                    loss_tokens=int(ckpt.get("loss_tokens", 0)),
-                    tokens=int(ckpt.get("tokens", 0)),
-                    samples=int(ckpt.get("samples", 0)),
-                    flops=float(ckpt.get("flops", 0)),
-                    train_time=float(ckpt.get("train_time", 0)))
+    return RunState(iter_num=ckpt.get("iter_num", 0),
+                    loss_sum=ckpt.get("loss_sum", 0.0),
+                    loss_tokens=ckpt.get("loss_tokens", 0),
+                    tokens=ckpt.get("tokens", 0),
+                    samples=ckpt.get("samples", 0),
+                    flops=ckpt.get("flops", 0.0),
+                    train_time=ckpt.get("train_time", 0.0))
 
 
 def start_run(config, task, env):
@@ -250,13 +250,15 @@ def start_run(config, task, env):
         if os.path.isfile(metrics_path):
             history = [m for m in read_metrics(metrics_path, env) if m["iter"] <= state.iter_num]
         env.print(f"resumed {ckpt_path} at iter {state.iter_num}")
-    keeper = RunKeeper(config, task, env, mconf, model, optimizer, state, history, chance)
+    if env.master:
+        os.makedirs(config["out_dir"], exist_ok=True)
+        write_metrics(metrics_path, history)
     env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] "
               f"{describe_model(mconf)}; "
               f"{model.get_num_params() / 1e6:.2f}M non-embedding parameters, "
               f"{model.get_num_params(trainable=True) / 1e6:.2f}M trainable; "
               f"out_dir {config['out_dir']}")
-    return keeper
+    return RunKeeper(config, task, env, mconf, model, optimizer, state, history, chance)
 
 
 def read_metrics(path, env):
@@ -296,9 +298,11 @@ def train_step(model, batches, counts, agreement, optimizer, params, grad_clip, 
         loss = loss * count
         loss.backward()
         loss_sum += loss.detach()
+    # The processes' sums were started before the forward: reading them now costs no extra sync.
     agreed = agreement.wait()
     scored = agreed[0]
     grad_norm = torch.zeros((), device=env.device)
+    # A step that scores no token leaves the weights and the optimizer's moments as they were.
     if scored:
         grads = [p.grad for p in params if p.grad is not None]
         torch._foreach_mul_(grads, env.world_size / scored)
@@ -314,14 +318,15 @@ def train_run(config, task, env, stop):
     history."""
     keeper = start_run(config, task, env)
     unfreeze_at = unfreeze_step(config, keeper.state.iter_num)
-    max_iters = config["max_iters"]
-    while keeper.state.iter_num < max_iters:
+    while keeper.state.iter_num < config["max_iters"]:
         iter_num = keeper.state.iter_num
         if iter_num == unfreeze_at:
             keeper.unfreeze()
         lr = get_lr(iter_num, config)
         for group in keeper.optimizer.param_groups:
             group["lr"] = lr
+        # The step's batches, and the processes' sums of its scored tokens, the checkpoint clock's
+        # vote and the stop requests, started now and read after the backward.
         batches, counts, agreement = keeper.before_step(stop)
         try:
             loss_sum, grad_norm, agreed = train_step(keeper.train_model, batches, counts, agreement,
@@ -329,16 +334,16 @@ def train_run(config, task, env, stop):
                                                      config["grad_clip"], env)
         except torch.OutOfMemoryError:
             raise keeper.out_of_memory() from None
+        # The counters, the non-finite check, and what the processes agreed on.
         keeper.after_step(loss_sum, grad_norm, agreed)
         iter_num += 1
-        last = iter_num == max_iters
+        last = iter_num == config["max_iters"]
         logs = iter_num % config["log_interval"] == 0 or last
         if logs:
             keeper.log(loss_sum, lr)
         # A model's first step compiles: the next line's rate starts after it.
         if logs or keeper.warming:
             keeper.start_log_window()
-            keeper.warming = False
         evaluates = iter_num % config["eval_interval"] == 0 or last
         if evaluates:
             keeper.evaluate(lr)
@@ -386,25 +391,18 @@ def plan_runs(config):
     when there are several. A schedule without frozen parts would repeat the run that never
     unfreezes: it is left out."""
     tasks = [t.strip() for t in config["task"].split(",")]
-    attns = list(PAPER_ATTNS) if config["attn"] == "all" else list_option(config, "attn")
+    attns = PAPER_ATTNS if config["attn"] == "all" else list_option(config, "attn")
     freezes = list_option(config, "freeze")
     schedules = list_option(config, "unfreeze_at")
-    heads = [config["n_head"]]
-    if config["mixing_heads"]:
-        heads = [int(h) for h in list_option(config, "mixing_heads")]
     # attn=mixing runs at each of MixiT's head counts, the other variants at n_head.
-    variants = []
-    for attn in attns:
-        if attn == "mixing":
-            variants += [(attn, h) for h in heads]
-        else:
-            variants.append((attn, config["n_head"]))
+    heads = {attn: [config["n_head"]] for attn in attns}
+    if config["mixing_heads"]:
+        heads["mixing"] = [int(h) for h in list_option(config, "mixing_heads")]
+    variants = [(attn, n_head) for attn in attns for n_head in heads[attn]]
     seeds = range(config["seed"], config["seed"] + config["seeds"])
-    runs = []
-    for t, (a, h), f, u, s in itertools.product(tasks, variants, freezes, schedules, seeds):
-        if u == "never" or starts_frozen(a, f):
-            runs.append(dict(config, task=t, attn=a, n_head=h, freeze=f, unfreeze_at=u, seed=s,
-                             seeds=1))
+    combinations = itertools.product(tasks, variants, freezes, schedules, seeds)
+    runs = [dict(config, task=t, attn=a, n_head=h, freeze=f, unfreeze_at=u, seed=s, seeds=1)
+            for t, (a, h), f, u, s in combinations if u == "never" or starts_frozen(a, f)]
     if not runs:
         raise ConfigError(f"unfreeze_at={config['unfreeze_at']!r}: attn={config['attn']!r} with "
                           f"freeze={config['freeze']!r} has nothing frozen to unfreeze; add never, "
@@ -482,15 +480,15 @@ def main(argv):
                       f"correct, but slow; --batch_size={accum * config['batch_size']} "
                       f"--gradient_accumulation_steps=1 gives it {accum * rows} at once "
                       f"(as many sequences a step), if memory allows")
-        check_writable(config["out_dir"])
-        with lock_folder(config["out_dir"], env.master):
+        out_dir = config["out_dir"]
+        check_writable(out_dir)
+        with lock_folder(out_dir, env.master):
             if config["init_from"] == "scratch" and env.master:
-                keep_earlier_run(runs, config["out_dir"], env)
+                keep_earlier_run(runs, out_dir, env)
             start = time.time()
             histories = [train_run(run, tasks[run["task"]], env, stop) for run in runs]
             if len(runs) > 1:
-                write_report(runs, histories, run_label, config["out_dir"], env,
-                             time.time() - start)
+                write_report(runs, histories, run_label, out_dir, env, time.time() - start)
     finally:
         stop.restore()
         teardown(env)
