@@ -537,8 +537,6 @@ def write_failed(path, error, room=0):
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
         about = f"for about {max(room / 2 ** 20, 0.1):.1f} MB " if room else ""
         line += f": make room {about}in {os.path.dirname(path)} and run again"
-    if os.path.isfile(path) and os.path.getsize(path):
-        line += f"; the last {os.path.basename(path)} is untouched"
     return TrainingError(line)
 
 
