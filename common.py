@@ -506,8 +506,7 @@ def load_weights(ckpt, path, build, optimizer=None):
 def write_atomic(path, write, room=0):
     """write(f) into path.tmp, fsync, then rename it to path: a kill mid-write leaves the last file
     intact. A failed write (a full disk), or a Ctrl-C within it, leaves it too, and no path.tmp; a
-    failed write ends in one line (write_failed's), which needs about room bytes where the disk is
-    full."""
+    failed write ends in write_failed's one line, room the bytes the save needs (where known)."""
     tmp = path + ".tmp"
     folder = os.path.dirname(path) or "."
     try:
