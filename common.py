@@ -5,10 +5,12 @@ checkpoints.
 """
 import ast
 import datetime
+import errno
 import fcntl
 import functools
 import gc
 import hashlib
+import io
 import os
 import signal
 import socket
@@ -16,7 +18,7 @@ import sys
 import tempfile
 import time
 import types
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import asdict, dataclass
 
 import torch
@@ -501,10 +503,10 @@ def load_weights(ckpt, path, build, optimizer=None):
     return model
 
 
-def write_atomic(path, write):
+def write_atomic(path, write, room=0):
     """write(f) into path.tmp, fsync, then rename it to path: a kill mid-write leaves the last file
-    intact. A failed write (a full disk) leaves it too, and no path.tmp: one line says how much room
-    it needs."""
+    intact. A failed write (a full disk), or a Ctrl-C within it, leaves it too, and no path.tmp; a
+    failed write ends in write_failed's one line, room the bytes the save needs (where known)."""
     tmp = path + ".tmp"
     folder = os.path.dirname(path) or "."
     try:
@@ -517,14 +519,24 @@ def write_atomic(path, write):
         folder_fd = os.open(folder, os.O_RDONLY)
         os.fsync(folder_fd)
         os.close(folder_fd)
-    except OSError as e:
+    except BaseException as e:
         # at least the last file's size, or what was written before it failed
-        needed = max([os.path.getsize(p) for p in (path, tmp) if os.path.isfile(p)], default=0)
-        if os.path.isfile(tmp):
+        room = max([room] + [os.path.getsize(p) for p in (path, tmp) if os.path.isfile(p)])
+        with suppress(OSError):
             os.remove(tmp)
-        raise TrainingError(f"could not write {path} ({e.strerror}): make room for about "
-                            f"{needed / 2 ** 20:.1f} MB in {folder} and run again; the last "
-                            f"{os.path.basename(path)} is untouched") from None
+        if isinstance(e, OSError):
+            raise write_failed(path, e, room) from None
+        raise
+
+
+def write_failed(path, error, room=0):
+    """The one line (a TrainingError) a failed write of path ends in: its cause, and where the disk
+    is full, the room it needs (room bytes, where known)."""
+    line = f"could not write {path} ({error.strerror or error})"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        about = f"for about {max(room / 2 ** 20, 0.1):.1f} MB " if room else ""
+        line += f": make room {about}in {os.path.dirname(path)} and run again"
+    return TrainingError(line)
 
 
 def check_writable(out_dir):
@@ -542,19 +554,26 @@ def lock_folder(folder, master=True):
     it when the process dies) for the with-block this opens; a second run ends in one line."""
     if not master:
         return nullcontext()
-    lock = open(os.path.join(folder, ".lock"), "a+")
+    path = os.path.join(folder, ".lock")
     try:
+        lock = open(path, "a+")
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         lock.seek(0)
         holder = lock.read()
         lock.close()
         raise ConfigError(f"{folder} is in use by {holder}: wait for that run to end, or choose "
                           f"another --out_dir") from None
-    lock.truncate(0)
-    lock.write(f"the run of pid {os.getpid()} on {socket.gethostname()}, started "
-               f"{time.strftime('%Y-%m-%d %H:%M:%S')}")
-    lock.flush()
+    except OSError as e:
+        raise write_failed(path, e) from None
+    # unbuffered: a full disk fails this write, not the close
+    try:
+        lock.truncate(0)
+        os.write(lock.fileno(), f"the run of pid {os.getpid()} on {socket.gethostname()}, started "
+                                f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+    except OSError as e:
+        lock.close()
+        raise write_failed(path, e) from None
     return lock
 
 
@@ -564,5 +583,11 @@ def save_checkpoint(paths, model, optimizer, mconf, config, state):
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "model_args": asdict(mconf), "fingerprint": fingerprint(model), "config": config,
             **state}
-    for path in paths:
-        write_atomic(path, lambda f: torch.save(ckpt, f))
+    # serialized once, in memory: the files' writes are then plain writes, whose failure says why
+    # (torch's zip writer on a full disk only says "unexpected pos")
+    data = io.BytesIO()
+    torch.save(ckpt, data)
+    for number, path in enumerate(paths):
+        # the files still to write, each as large
+        room = data.tell() * (len(paths) - number)
+        write_atomic(path, lambda f: f.write(data.getbuffer()), room)

@@ -7,6 +7,7 @@ network; the real-data tests use ../shared/data and are skipped, with the reason
 import gc
 import errno
 import hashlib
+import io
 import itertools
 import json
 import math
@@ -2367,36 +2368,154 @@ def test_a_corrupt_metrics_line_anywhere_is_one_line(tmp_path, capsys):
     assert run_files(tmp_path) == before
 
 
-def test_a_full_disk_at_the_best_checkpoint_is_one_line_and_the_resume_repairs_it(tmp_path, monkeypatch, capsys):
-    """The disk fills while best.pt is written at an improving eval: one line names the folder and the room needed,
-    no partial file stays, the latest checkpoint (the eval before) loads; once there is room, the resume redoes that
-    eval and writes best.pt, and the run ends as an uninterrupted one."""
-    args = ["--task=addition_2", "--max_iters=4", "--eval_interval=2", "--attn=softmax", "--n_layer=1", "--n_embd=16",
-            "--learning_rate=1e-2"]
-    assert run_train(tmp_path / "full", *args) == 0
-    full = read_metrics(tmp_path / "full")
-    assert full[1]["val_loss"] < full[0]["val_loss"]  # iter 4, the last, improves
-    save, part = torch.save, tmp_path / "part"
+class FillingFile(io.FileIO):
+    """A file on a disk with room for `room` more bytes: a write past it writes what fits (as write(2) does), and the
+    next one calls fault(), which raises the disk's error."""
 
-    def full_disk(obj, f, *rest, **kwargs):
-        if f.name.endswith("best.pt.tmp") and obj["iter_num"] == 4:
-            f.write(b"half a checkpoint")
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return save(obj, f, *rest, **kwargs)
-    monkeypatch.setattr(torch, "save", full_disk)
-    assert run_train(part, *args) == 1
+    def __init__(self, path, room, fault):
+        super().__init__(path, "w")
+        self.room = room
+        self.fault = fault
+
+    def write(self, data):
+        if not self.room:
+            self.fault()
+        written = super().write(bytes(data)[:self.room])
+        self.room -= written
+        return written
+
+
+def fail_a_write(monkeypatch, folder, name, number, fault):
+    """The number-th write of folder/name (into name.tmp, as write_atomic writes) reaches a full disk: fault() after
+    100 bytes. Returns the folder's files as they were then (their bytes, by name)."""
+    opened = []
+    before = {}
+
+    def open_(path, mode="r", *args, **kwargs):
+        if path == str(folder / name) + ".tmp":
+            opened.append(path)
+            if len(opened) == number:
+                before.update(run_files(folder))
+                return io.BufferedWriter(FillingFile(path, 100, fault))
+        return open(path, mode, *args, **kwargs)
+    monkeypatch.setattr(common, "open", open_, raising=False)
+    return before
+
+
+def raiser(error):
+    """A fault that raises an OSError with this errno, as the OS does."""
+    def fault():
+        raise OSError(error, os.strerror(error))
+    return fault
+
+
+FAULT_RUN = ["--task=addition_2", "--max_iters=4", "--eval_interval=2", "--attn=softmax", "--n_layer=1",
+             "--n_embd=64", "--n_head=2", "--mixing_heads=", "--batch_size=64", "--warmup_iters=2",
+             "--learning_rate=1e-2"]
+# Each failing write (its file, which of its writes, how many checkpoint files that save has left): the first
+# checkpoint (best.pt, written first, holds), best.pt at iter 4, metrics.jsonl at iter 4 (the first is at the
+# start), and the checkpoint of a stop at iter 3.
+FAILING_WRITES = {"first ckpt.pt": ("ckpt.pt", 1, 1), "best.pt": ("best.pt", 2, 2),
+                  "metrics.jsonl": ("metrics.jsonl", 3, 0), "a stop's ckpt.pt": ("ckpt.pt", 2, 1)}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """FAULT_RUN run through: its evals and best checkpoint."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    assert run_train(folder, *FAULT_RUN) == 0
+    return read_metrics(folder), torch.load(folder / "best.pt", weights_only=True)
+
+
+def stop_at_iter_3(monkeypatch):
+    """A stop that arrives as at SIGHUP (the worker's launcher dies) during step 2: read at step 3, checkpointed."""
+    launcher = os.getppid()
+    steps = []
+    step = train.train_step
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setattr(os, "getppid", lambda: launcher + (len(steps) >= 2))
+    monkeypatch.setattr(train, "train_step", lambda *args: steps.append(1) or step(*args))
+    return steps
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EISDIR], ids=["full disk", "directory"])
+@pytest.mark.parametrize("write", FAILING_WRITES)
+def test_a_failed_write_is_one_line_and_the_resume_continues(tmp_path, monkeypatch, capsys, uninterrupted, write,
+                                                              error):
+    """A write that fails (a full disk, or another cause: here a directory) at the first checkpoint, best.pt,
+    metrics.jsonl or a stop's checkpoint ends in one line that names the file and the cause, and the room the save
+    needs where the cause is space; no .tmp stays, and the files before it stay as they were. Once there is room, the
+    resume (a fresh run where no checkpoint was written) ends as an uninterrupted run."""
+    name, number, files_left = FAILING_WRITES[write]
+    if write == "a stop's ckpt.pt":
+        stop_at_iter_3(monkeypatch)
+    before = fail_a_write(monkeypatch, tmp_path, name, number, raiser(error))
+    assert run_train(tmp_path, *FAULT_RUN) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"could not write {part / 'best.pt'} (No space left on device)" in err
-    assert f"about {(part / 'best.pt').stat().st_size / 2 ** 20:.1f} MB in {part} and run again" in err
-    assert sorted(path.name for path in part.iterdir()) == [".lock", "best.pt", "ckpt.pt", "metrics.jsonl"]
-    assert load_ckpt(part)["iter_num"] == 2
-    monkeypatch.setattr(torch, "save", save)
-    assert run_train(part, *args, "--init_from=resume") == 0
-    assert [m["val_loss"] for m in read_metrics(part)] == [m["val_loss"] for m in full]
-    best = torch.load(part / "best.pt", weights_only=True)
-    assert best["iter_num"] == 4
-    assert all(torch.equal(best["model"][k], v) for k, v in
-               torch.load(tmp_path / "full" / "best.pt", weights_only=True)["model"].items())
+    assert err.startswith(f"error: could not write {tmp_path / name} ({os.strerror(error)})") and err.count("\n") == 1
+    assert run_files(tmp_path) == before and not list(tmp_path.glob("*.tmp"))
+    size = len(before.get("ckpt.pt", before.get("best.pt")))
+    room = max(files_left * size / 2 ** 20, 0.1)
+    assert (f": make room for about {room:.1f} MB in {tmp_path} and run again" in err) == (error == errno.ENOSPC)
+    assert ("make room" in err) == (error == errno.ENOSPC)
+    if error != errno.ENOSPC:
+        return
+    monkeypatch.undo()
+    resumes = ["--init_from=resume"] * ("ckpt.pt" in before)
+    assert run_train(tmp_path, *FAULT_RUN, *resumes) == 0
+    evals, best = uninterrupted
+    assert [m["val_loss"] for m in read_metrics(tmp_path)] == [m["val_loss"] for m in evals]
+    resumed = torch.load(tmp_path / "best.pt", weights_only=True)
+    assert resumed["iter_num"] == best["iter_num"] == 4
+    assert all(torch.equal(resumed["model"][k], v) for k, v in best["model"].items())
+
+
+def test_a_second_ctrl_c_during_a_checkpoint_write_stops_at_once_and_leaves_no_tmp(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C asks for a stop; a second one, 3 s later, lands while the stop's checkpoint is being written: the run
+    stops at once in one line, exit status 130, with no .tmp and the last checkpoint as it was."""
+    steps = []
+    step = train.train_step
+    clock = time.monotonic
+    late = []
+
+    def train_step(*args):
+        steps.append(1)
+        if len(steps) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return step(*args)
+
+    def second_ctrl_c():
+        late.append(3.0)
+        os.kill(os.getpid(), signal.SIGINT)
+        raise AssertionError("the second Ctrl-C did not stop the write")
+    monkeypatch.setattr(train, "train_step", train_step)
+    monkeypatch.setattr(time, "monotonic", lambda: clock() + sum(late))
+    before = fail_a_write(monkeypatch, tmp_path, "ckpt.pt", 2, second_ctrl_c)
+    assert run_train(tmp_path, *FAULT_RUN) == 128 + signal.SIGINT
+    assert capsys.readouterr().err == "stopped at once by Ctrl-C, without a checkpoint\n"
+    assert run_files(tmp_path) == before and load_ckpt(tmp_path)["iter_num"] == 2
+
+
+def test_a_full_disk_or_a_directory_at_the_lock_or_the_metrics_is_one_line(tmp_path, monkeypatch, capsys):
+    """A disk full at the start fails the lock's write (its open succeeds): one line, the room unknown yet. A lock or
+    metrics.jsonl that is a directory is named as the cause, with no word of room; the disk's quota counts as space."""
+    write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: raiser(errno.ENOSPC)())
+    assert run_train(tmp_path / "full", *FAULT_RUN) == 1
+    monkeypatch.setattr(os, "write", write)
+    lock = tmp_path / "full" / ".lock"
+    assert capsys.readouterr().err == (f"error: could not write {lock} (No space left on device): make room in "
+                                       f"{tmp_path / 'full'} and run again\n")
+    for name in (".lock", "metrics.jsonl"):
+        (tmp_path / name).mkdir(parents=True)
+        assert run_train(tmp_path, *FAULT_RUN) == 1
+        assert capsys.readouterr().err == f"error: could not write {tmp_path / name} (Is a directory)\n"
+        (tmp_path / name).rmdir()
+    assert sorted(os.listdir(tmp_path)) == [".lock", "full"]
+    quota = OSError(errno.EDQUOT, "Disk quota exceeded")
+    assert str(common.write_failed(str(tmp_path / "ckpt.pt"), quota, 3 * 2 ** 20)) == (
+        f"could not write {tmp_path / 'ckpt.pt'} (Disk quota exceeded): make room for about 3.0 MB in {tmp_path} "
+        f"and run again")
 
 
 PRESETS = sorted(f[:-3] for f in os.listdir(os.path.join(HERE, "configs")) if f.endswith(".py") and f != "claims.py")
@@ -4247,13 +4366,17 @@ def test_a_stop_sent_twice_or_to_every_process_checkpoints_and_resumes_on_any_pr
 
 
 FAULTS = {"disk": """
-import errno as _errno, os as _os, torch as _torch
-_save = _torch.save
-def _full_disk(obj, f, *rest, **kwargs):
-    if _os.environ["RANK"] == "0" and obj["iter_num"] == 4:
+import errno as _errno, io as _io, os as _os, common as _common
+_opened = []
+class _FullDisk(_io.FileIO):
+    def write(self, data):
         raise OSError(_errno.ENOSPC, "No space left on device")
-    return _save(obj, f, *rest, **kwargs)
-_torch.save = _full_disk
+def _open(path, mode="r", *args, **kwargs):
+    _opened.append(path)
+    if _os.environ["RANK"] == "0" and _opened.count(path) == 2 and path.endswith("ckpt.pt.tmp"):
+        return _io.BufferedWriter(_FullDisk(path, "w"))
+    return open(path, mode, *args, **kwargs)
+_common.open = _open
 """, "oom": """
 import os as _os, mixit as _mixit, torch as _torch
 _forward, _steps = _mixit.MixiT.forward, []
