@@ -86,14 +86,19 @@ def summarize(runs, histories):
 
 # --------------------------------------------------------------------- the verdict rule: Welch's t
 
-# within ± this, in the score's unit (accuracy, bits or nats): a match, a hold, a score at
-# its floor
+# a margin (a match, a hold, a score at its floor) sized to what the score can move: for a score
+# with a ceiling (accuracy, an induction score) this share of the headroom from its floor to 1,
+# 0.02 at a chance level of 1/3; else MARGIN in its unit: 0.02 nats (2 % in perplexity), or 0.02
+# bits a parameter (a fiftieth of the paper's 1.05 from Frozen-MLP to MixiT)
+SHARE = 0.03
 MARGIN = 0.02
+# a score's best value: a share of the headroom below 1, MARGIN above a loss's 0 nats
+CEILINGS = {"val_acc": 1.0, "induction_score": 1.0, "val_loss": 0.0}
 # a claim about a model's skill (kept, lost, matched, or clearing where the other fails) needs
-# that model shown this far past its floor: the margin at most a fifth of what is at stake
-STAKE = 5 * MARGIN
+# that model shown this many margins past its floor: the margin at most a fifth of the stake
+STAKE = 5
 # every one-sided test at ALPHA / 2, so a direction's yes and no together spend ALPHA, as a 95 %
-# interval does, and every interval printed is one; a setting looked at k times: ALPHA / 2k
+# interval does, and every interval printed is one; a sample looked at k times: ALPHA / 2k
 ALPHA = 0.05
 # not shown: the seeds a model with which its word would come out this often at the next look,
 # at the observed means and stds (seeds on two plateaus: by drawing DRAWS sets of the seeds)
@@ -105,19 +110,20 @@ MOST_SEEDS = 100
 UNDER = ("below", "above")
 # the other model against the first; fails: it stays at its floor
 DIRECTIONS = ("higher", "lower", "match", "fails")
-# every word a setting can read
-WORDS = ("yes", "no", "equal at every seed", "fixed by construction", "not shown",
-         "not reproduced at this scale")
-# the names of a verdict's two models where none are given
-NAMES = ("the first", "the other")
-# two plateaus: sorted per-seed values apart by more than this and than 4 spreads (sample stds)
-# of each side of two seeds or more
-PLATEAU_GAP = 0.05
-RULE_NOTE = (f"each score beside its floor (clears it; at it, within ±{MARGIN}; or below it, a "
+# every word a setting can read, and what a yes or no says of its claim
+WORDS = ("yes", "no", "untestable", "not shown", "equal at every seed", "fixed by construction",
+         "not reproduced at this scale", "out of reach")
+SIDES = ("supports", "against")
+# a verdict's two models and their floors where none are named
+NAMES = ("the first", "the other", "its floor", "its floor")
+# two plateaus: sorted per-seed values apart by more than this many margins and than 4 spreads
+# (sample stds) of each side of two seeds or more
+PLATEAU = 2.5
+RULE_NOTE = (f"each score beside its floor (clears it; at it, within the margin; or below it, a "
              f"loss above it), the difference other - first with its 95 % interval and p (Welch's "
              f"t), the steps, two plateaus, the word for each direction (not reproduced where the "
-             f"model it needs is not shown {STAKE:g} past its floor; not shown: the seeds a model "
-             f"for {POWER:.0%} power at a second look, the likely word).")
+             f"model it needs is not shown {STAKE} margins past its floor; not shown: the seeds a "
+             f"model for {POWER:.0%} power at the next look), the margin and the stake.")
 
 
 def mean_std(values):
@@ -183,8 +189,8 @@ def p_above(c, bound=0.0, power=0.0):
     return 1 - t_tail(-t, df)
 
 
-def within(c):  # two one-sided claims: c inside ±MARGIN
-    return [(c, -MARGIN), (neg(c), -MARGIN)]
+def within(c, margin):  # two one-sided claims: c inside ±margin
+    return [(c, -margin), (neg(c), -margin)]
 
 
 def over_floor(score, floor, lower_better):
@@ -193,25 +199,33 @@ def over_floor(score, floor, lower_better):
     return contrast([(sign, score), (-sign, floor)])
 
 
-def readings(a, b, floors, direction, lower_better):
+def headroom(floor, ceiling=math.inf):
+    """What a score can move from its floor to its ceiling, and its margin: SHARE of it below a
+    ceiling of 1, else MARGIN in the score's unit."""
+    room = abs(ceiling - floor)
+    return room, SHARE * room if ceiling == 1 else MARGIN
+
+
+def readings(a, b, floors, direction, lower_better, margin=MARGIN, names=NAMES):
     """The words a direction can give, in order: (word, its one-sided claims [(contrast, bound):
-    above bound]). a, b: the first and other samples; lower_better: a loss."""
+    above bound]). a, b: the first and other samples; lower_better: a loss; further: the other's
+    change past the first's."""
     difference = contrast([(1, b), (-1, a)])
-    if direction in ("higher", "lower"):
-        claimed = difference if direction == "higher" else neg(difference)
+    if direction in ("higher", "lower", "further"):
+        claimed = neg(difference) if direction == "lower" else difference
         return [("yes", [(claimed, 0)]), ("no", [(neg(claimed), 0)]),
-                (f"no: equal within ±{MARGIN}", within(difference))]
+                (f"no: equal within ±{margin:.2g}", within(difference, margin))]
     if direction == "match":
-        return [("yes", within(difference)), ("no", [(difference, MARGIN)]),
-                ("no", [(neg(difference), MARGIN)])]
+        return [("yes", within(difference, margin)), ("no", [(difference, margin)]),
+                ("no", [(neg(difference), margin)])]
     # the other's gain over the first, the way the score improves
     gain = neg(difference) if lower_better else difference
     if direction == "holds":
-        return [("yes", [(gain, -MARGIN)]), ("no", [(neg(gain), MARGIN)])]
+        return [("yes", [(gain, -margin)]), ("no", [(neg(gain), margin)])]
     if direction == "fails":
         skill = over_floor(b, floors[1], lower_better)
-        return [("yes: at its floor", within(skill)), ("no", [(skill, 0)]),
-                (f"yes: {UNDER[lower_better]} its floor", [(neg(skill), 0)])]
+        return [(f"yes: at {names[3]}", within(skill, margin)), ("no", [(skill, 0)]),
+                (f"yes: {UNDER[lower_better]} {names[3]}", [(neg(skill), 0)])]
     # competitive: the other past the midpoint of the first and the floor
     sign = -1 if lower_better else 1
     kept = contrast([(sign, b), (-sign / 2, a), (-sign / 2, floors[1])])
@@ -233,60 +247,82 @@ def first_word(words, looks=1, power=0.0):
     return "not shown", min(1.0, *ps)
 
 
-def floor_status(score, floor, looks=1, lower_better=False):
-    """A sample's score against its floor's: at it (within ±MARGIN), clears it, short of it, or
+def floor_status(score, floor, looks=1, lower_better=False, margin=MARGIN):
+    """A sample's score against its floor's: at it (within ±margin), clears it, short of it, or
     near it (none of them shown)."""
     skill = over_floor(score, floor, lower_better)
-    words = [("at", within(skill)), ("clears", [(skill, 0)]),
+    words = [("at", within(skill, margin)), ("clears", [(skill, 0)]),
              (UNDER[lower_better], [(neg(skill), 0)])]
     return first_word(words, looks)[0].replace("not shown", "near")
 
 
-def needed_skill(a, b, floors, direction, lower_better, names):
-    """The model a claim needs shown STAKE past its floor (the one claimed better; else the first,
-    whose skill is lost, kept or matched): its name and skill (over_floor)."""
-    needed = int(direction == ("higher", "lower")[lower_better])
-    return names[needed], over_floor((a, b)[needed], floors[needed], lower_better)
+def needed(direction, lower_better):
+    """The model a claim needs shown STAKE margins past its floor: the one claimed better (1), else
+    the first (0), whose skill is lost, kept or matched."""
+    return int(direction == ("higher", "lower")[lower_better])
 
 
-def decide(a, b, floors, direction, lower_better=False, looks=1, names=NAMES, power=0.0):
+def word_looks(looks, direction):
+    """The looks a word is read at, of each model's (its floor's counted in): the other's where
+    the word reads it alone (fails), else the most."""
+    return looks[1] if direction == "fails" else max(looks)
+
+
+def constant_bound(n, value, looks, ceiling):
+    """n seeds all at value: the exact one-sided bound (Clopper-Pearson, at ALPHA / 2 over the
+    looks) on the share of seeds that would score otherwise."""
+    level = ALPHA / 2 / looks
+    side = "below" if value == ceiling else "off it"
+    return f"{n} of {n} at {value:.4g}: at most {100 - 100 * level ** (1 / n):.0f} % of seeds " \
+           f"{side}, {100 - 100 * level:.4g} %"
+
+
+def decide(a, b, floors, direction, lower_better=False, looks=(1, 1), names=NAMES, power=0.0,
+           ceiling=math.inf):
     """The word on two samples (mean, std, n) and their floors', and its p scaled to ALPHA (None:
-    no test). Two equal constants are equal at every seed (a direction: no, at the ceiling). Any
-    word is not reproduced where the model the claim needs (needed_skill) is not shown STAKE past
-    its floor; a decisive word names each model that does not clear its floor."""
-    word, p = first_word(readings(a, b, floors, direction, lower_better), looks, power)
+    no test); looks: each model's. Two equal
+    constants: untestable at the ceiling, else equal at every seed. The model the claim needs
+    shown STAKE margins past its floor: out of reach where the headroom is not that much, else
+    any word not reproduced where it is not shown so; a decisive word names each model that does
+    not clear its floor."""
+    need = needed(direction, lower_better)
+    room, margin = headroom(floors[need][0], ceiling)
+    read = word_looks(looks, direction)
+    word, p = first_word(readings(a, b, floors, direction, lower_better, margin, names), read,
+                         power)
     if a[1] == b[1] == 0 and a[0] == b[0] and direction not in ("fails", "competitive"):
-        word = f"equal at every seed ({min(a[2], b[2])} seeds a model)"
-        if direction in ("higher", "lower"):
-            word = f"no: both at the ceiling {a[0]:.4g} at every seed " \
-                   f"({min(a[2], b[2])} seeds a model)"
+        bound = constant_bound(min(a[2], b[2]), a[0], read, ceiling)
+        if a[0] == ceiling:
+            return f"untestable: both at the ceiling at every seed ({bound})", None
+        word = f"equal at every seed ({bound})"
         p = None
-    name, skill = needed_skill(a, b, floors, direction, lower_better, names)
+    # a change's floor is no change: no model's skill is at stake
+    if direction == "further":
+        return word, p
+    stake = STAKE * margin
+    if room <= stake:
+        return f"out of reach: {names[need]}'s floor is {room:.3g} from the ceiling, the stake " \
+               f"{stake:.3g} (the difference alone: {word})", p
+    skill = over_floor((a, b)[need], floors[need], lower_better)
     # with power: the gate passes that often too
-    if word != "not shown" and 2 * looks * p_above(skill, STAKE, power) >= ALPHA:
-        return f"not reproduced at this scale: {name} is not shown {STAKE:g} past its " \
+    if word != "not shown" and 2 * looks[need] * p_above(skill, stake, power) >= ALPHA:
+        return f"not reproduced at this scale: {names[need]} is not shown {stake:.3g} past its " \
                f"floor (the difference alone: {word})", p
-    # not shown (a word would have failed the gate), the model it needs short of STAKE past its
-    # floor: at no count of seeds would a word be reproduced
-    if skill[0] < STAKE:
-        return f"not shown (not reproduced at any seed count: the model it needs is " \
-               f"{skill[0]:.2g} past its floor)", p
     # only a decisive word (a test, not fails) names a model that does not clear its floor
     if p is None or word == "not shown" or direction == "fails":
         return word, p
-    status = [floor_status(s, f, looks, lower_better) for s, f in zip((a, b), floors)]
-    short = ", ".join(f"{n} {s} its floor" for n, s in zip(names, status) if s != "clears")
+    status = [floor_status(s, f, k, lower_better, margin) for s, f, k in zip((a, b), floors, looks)]
+    short = ", ".join(f"{n} {s} {f}" for n, f, s in zip(names, names[2:], status) if s != "clears")
     if short:
         word += f" — {short}"
     return word, p
 
 
-def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names=NAMES,
-            own_floor=False):
+def verdict(scores, floors, steps, direction, lower_better=False, looks=(1, 1), names=NAMES,
+            own_floor=False, ceiling=math.inf):
     """The word on two models (per-seed scores, floors; steps: budgets; direction: the other's
-    against the first) and its p scaled to ALPHA (None: no test): two seeds each at equal
-    budgets; a score that is its own floor (its value at init) at every seed is fixed by
-    construction; not shown: the seeds for POWER at the next look, the word."""
+    against the first; looks: each model's) and its p scaled to ALPHA (None: no
+    test), at equal budgets and two seeds each; not shown: the seeds for POWER at the next look."""
     if steps[0] != steps[1]:
         return "unequal budgets", None
     if min(map(len, scores)) < 2:
@@ -295,22 +331,23 @@ def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names
         return "fixed by construction: the same at init and trained, at every seed " \
                "(not tested)", None
     a, b, *floors = map(sample, [*scores, *floors])
-    word, p = decide(a, b, floors, direction, lower_better, looks, names)
+    word, p = decide(a, b, floors, direction, lower_better, looks, names, ceiling=ceiling)
     if word != "not shown":
         return word, p
-    split = any(map(plateaus, scores))
+    split = any(plateaus(s, PLATEAU * headroom(f[0], ceiling)[1]) for s, f in zip(scores, floors))
+    later = tuple(k + 1 for k in looks)
 
     # each n's word once: the bisection's last pass is the word it names
     @functools.cache
     def planned(n):  # the word that comes out with POWER at n seeds a model, at the next look
         resized = [(*f[:2], n) for f in floors]
         if not split:
-            return decide((*a[:2], n), (*b[:2], n), resized, direction, lower_better, looks + 1,
-                          power=POWER)[0]
+            return decide((*a[:2], n), (*b[:2], n), resized, direction, lower_better, later,
+                          power=POWER, ceiling=ceiling)[0]
         # seeds on two plateaus: the word most draws of n of the observed seeds give
         rng = np.random.default_rng(n)
         words = [decide(*[sample(rng.choice(s, n)) for s in scores], resized, direction,
-                        lower_better, looks + 1)[0]
+                        lower_better, later, ceiling=ceiling)[0]
                  for _ in range(DRAWS)]
         likely = max(words, key=words.count)
         return likely if words.count(likely) >= POWER * DRAWS else "not shown"
@@ -325,12 +362,11 @@ def verdict(scores, floors, steps, direction, lower_better=False, looks=1, names
             hi = mid
         else:
             lo = mid
-    power = f"≥ {POWER:.0%} power at look {looks + 1}" + ", by drawing the seeds" * split
+    power = f"≥ {POWER:.0%} power at look {word_looks(later, direction)}" \
+        + ", by drawing the seeds" * split
     if hi > MOST_SEEDS:
         return f"not shown (more than {MOST_SEEDS} seeds a model for {power})", p
-    # the likely word less its notes
-    likely = re.sub(r" —.*", "", planned(hi))
-    return f"not shown ({hi} seeds a model for {power}: likely {likely})", p
+    return f"not shown ({hi} seeds a model for {power})", p
 
 
 def plateau_span(side):
@@ -340,10 +376,10 @@ def plateau_span(side):
     return f"{len(side)} at {low}" + (f"-{high}" if high != low else "")
 
 
-def plateaus(values):
-    """Seeds on two plateaus (4 seeds or more): a gap in the sorted values wider than PLATEAU_GAP
-    and than 4 spreads (sample stds) of each side of two seeds or more: how many land on each,
-    the values."""
+def plateaus(values, gap=PLATEAU * MARGIN):
+    """Seeds on two plateaus (4 seeds or more): a gap in the sorted values wider than gap (PLATEAU
+    margins) and than 4 spreads (sample stds) of each side of two seeds or more: how many land on
+    each, the values."""
     n = len(values)
     if n < 4:
         return ""
@@ -351,10 +387,10 @@ def plateaus(values):
     gaps = {}
     for k in range(1, n):
         sides = [side for side in (ordered[:k], ordered[k:]) if len(side) > 1]
-        gap = ordered[k] - ordered[k - 1]
+        apart = ordered[k] - ordered[k - 1]
         # a plateau is tight: its spread under a quarter of the gap
-        if gap > max([PLATEAU_GAP] + [4 * side.std(ddof=1) for side in sides]):
-            gaps[k] = gap
+        if apart > max([gap] + [4 * side.std(ddof=1) for side in sides]):
+            gaps[k] = apart
     if not gaps:
         return ""
     # the widest gap (the first of equals)
@@ -374,10 +410,13 @@ def part_word(words, labels):
     return "; ".join(f"{w} {' and '.join(labs)}" for w, labs in groups.items())
 
 
-def word_counts(words):
-    """How many settings read each word, in WORDS' order: 'yes 3, no 1, not shown 4'."""
+def word_counts(words, against):
+    """How many settings support their claim and how many go against it (a yes, or a no where the
+    setting's yes goes against it), then how many read each other word, in WORDS' order:
+    'supports 3, against 1, not shown 4'."""
     names = [re.match("(" + "|".join(WORDS) + r")\b", w).group() for w in words]
-    return ", ".join(f"{name} {names.count(name)}" for name in WORDS if name in names)
+    names = [SIDES[(n == "no") != flip] if n in WORDS[:2] else n for n, flip in zip(names, against)]
+    return ", ".join(f"{n} {names.count(n)}" for n in SIDES + WORDS[2:] if n in names + [*SIDES])
 
 
 def difference_cell(a, b, floor, directions, looks, p):
@@ -418,45 +457,56 @@ def interval(c, looks):
     return f"{c[0]:+.3g} [{c[0] - half:+.3g}, {c[0] + half:+.3g}] {100 * conf:.3g}%"
 
 
-def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, looks=1,
+def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, looks=(1, 1),
                names=NAMES):
-    """What the rule reads of two models' finals on metric: each score beside its floor (each run's
-    logged level, 0, or a trained floor's seeds; short of a trained floor, also at the logged
-    level where it sits there), other - first with its interval and p (one direction: its word's,
-    beside the quantity it reads), the steps, plateaus, each direction's word, the last one's p."""
+    """Two models' finals on metric (looks: each model's; own: a floor that is the score at init):
+    each score beside its floor (a trained one named names[2]), the difference, steps, words."""
     lower_better = metric == "val_loss"
+    ceiling = CEILINGS.get(metric, math.inf)
     scores = [[r[metric] for r in runs] for runs in (first, other)]
     level = LEVELS.get(metric, [None])[0]
     levels = [[r.get(level, 0.0) for r in runs] for runs in (first, other)]
     floors = [trained_floor or logged for logged in levels]
-    a, b, fa, fb = map(sample, scores + floors)
+    samples = list(map(sample, scores + floors))
     steps = [runs[0]["iter"] for runs in (first, other)]
-    # the model's own score at init: its floor
     own = not trained_floor and level == "induction_init"
-    words = {d: verdict(scores, floors, steps, d, lower_better, looks, names, own)
+    floor_name = names[2] if trained_floor else FLOOR_NAMES[metric]
+    named = (*names[:2], *[f"its floor, {floor_name} {f[0]:.4g}" for f in samples[2:]])
+    words = {d: verdict(scores, floors, steps, d, lower_better, looks, named, own, ceiling)
              for d in directions}
-    word, p = words[directions[-1]]
-    evidence = difference_cell(a, b, fb, directions, looks, p)
-    # not reproduced: the evidence of the model the claim needs against STAKE past its floor too
-    if word.startswith("not reproduced"):
-        name, skill = needed_skill(a, b, (fa, fb), directions[-1], lower_better, names)
-        evidence += f"; {name} - floor: {interval(skill, looks)} (needs > {STAKE:g}), " \
-                    f"p {min(1.0, 2 * looks * p_above(skill, STAKE)):.2g}"
+    direction = directions[-1]
+    word, p = words[direction]
+    read = word_looks(looks, direction)
+    evidence = difference_cell(*samples[:2], samples[3], directions, read, p)
+    need = needed(direction, lower_better)
+    room, margin = headroom(samples[need + 2][0], ceiling)
+    stake = STAKE * margin
+    skill = over_floor(samples[need], samples[need + 2], lower_better)
+    gate = min(1.0, 2 * looks[need] * p_above(skill, stake))
+    # not reproduced or not shown, the model it needs not shown past the stake: that evidence too
+    if word.startswith("not ") and gate >= ALPHA and direction != "further":
+        evidence += f"; {named[need]} - floor: {interval(skill, looks[need])} (needs > " \
+                    f"{stake:.3g}), p {gate:.2g}"
     shown = []
-    for values, floor, logged, score, floor_sample in zip(scores, floors, levels, (a, b), (fa, fb)):
+    for values, floor, logged, score, floor_sample, k in zip(scores, floors, levels, samples,
+                                                             samples[2:], looks):
         # a score that is its own floor at every seed: at it
         status = "at" if own and values == floor else \
-            floor_status(score, floor_sample, looks, lower_better)
-        if trained_floor and status == UNDER[lower_better] \
-                and floor_status(score, sample(logged), looks, lower_better) == "at":
+            floor_status(score, floor_sample, k, lower_better, margin)
+        if trained_floor and status == UNDER[lower_better] and floor_status(
+                score, sample(logged), k, lower_better, headroom(logged[0], ceiling)[1]) == "at":
             status = f"at {logged[0]:.4g}, {status}"
+        if score[2] > 1 and not score[1]:
+            status = f"{constant_bound(score[2], score[0], k, ceiling)}; {status}"
         spread = f" ± {score[1]:.2g}" if score[2] > 1 else ""
         shown.append(f"{score[0]:.4g}{spread} ({status} {floor_sample[0]:.4g})")
+    stakes = f"±{margin:.3g}" + f", stake {stake:.3g}" * (direction != "further")
     return {"scores (floors)": " / ".join(shown),
             "difference [interval], p": evidence,
             "steps": " / ".join(f"{s:,}" for s in steps),
-            "two plateaus": " / ".join(map(plateaus, scores)).strip(" /"),
-            **{d: w for d, (w, _) in words.items()}, "p": p}
+            "two plateaus": " / ".join(plateaus(v, PLATEAU * margin) for v in scores).strip(" /"),
+            **{d: w for d, (w, _) in words.items()}, "p": p,
+            "margin, stake": stakes + f" of {room:.3g}" * (room < math.inf)}
 
 
 def rule_rows(finals):
@@ -570,6 +620,9 @@ PANELS = {
 X_LABELS = {"iter": "optimizer step", "flops": "training FLOPs", "time": "training time (s)",
             "val_acc_pos": "answer position", "induction_layers": "layer"}
 # what each score reads with no skill
+# what each score's logged level is, named where a word reads it
+FLOOR_NAMES = {"val_acc": "chance", "val_loss": "the bigram", "induction_score": "at init",
+               "bits_per_param": "no table held"}
 LEVELS = {"val_acc": ("val_acc_chance", "dashed: chance"),
           "val_loss": ("val_loss_floor", "dashed: floor"),
           "induction_score": ("induction_init", "dashed: at init")}
@@ -813,7 +866,7 @@ def variant_label(variant):
     """A variant as the tables show it: its label, or (another folder, its label) as 'label
     (folder)'."""
     if isinstance(variant, tuple):
-        return f"{variant[1]} ({variant[0]})"
+        return " - ".join(f"{variant[k + 1]} ({variant[k]})" for k in range(0, len(variant), 2))
     return variant
 
 
@@ -833,23 +886,38 @@ def find_runs(loaded, runs_dir, folder, task_name, variant):
     return found
 
 
+def variant_runs(find, variant, metric):
+    """A variant's finals (find: find_runs in the setting's folder); a change, (folder, label,
+    folder, label): per seed, the first's score less the second's, its floor no change (0)."""
+    if not (isinstance(variant, tuple) and len(variant) == 4):
+        return find(variant)
+    less = {r["seed"]: r[metric] for r in find(variant[2:])}
+    return [{**r, metric: r[metric] - less[r["seed"]], LEVELS[metric][0]: 0.0}
+            for r in find(variant[:2])]
+
+
 def read_setting(claim, setting, loaded, runs_dir, looked):
-    """One setting of a claim read by the rule (at ALPHA over the most looks of any comparison it
-    reads): its row of the settings table and its word's p scaled to ALPHA (None: no test)."""
+    """One setting of a claim read by the rule (each sample at ALPHA over its own looks): its row of
+    the settings table and its word's p scaled to ALPHA (None: no test)."""
     # floor: a trained one, its variant
     part, label, folder, task_name, metric, first, other, direction, *floor = setting
-    runs = functools.partial(find_runs, loaded, runs_dir, folder, task_name)
-    trained = [r[metric] for r in runs(floor[0])] if floor else None
-    looks = max(len(looked.get(v[0] if isinstance(v, tuple) else folder, [0]))
-                for v in (folder, first, other, *floor))
-    names = (variant_label(first), variant_label(other))
-    cells = rule_cells(runs(first), runs(other), metric, trained, (direction,), looks, names)
+    find = functools.partial(find_runs, loaded, runs_dir, folder, task_name)
+    models = [variant_runs(find, v, metric) for v in (first, other, *floor)]
+    # each sample's looks: of its folder's seed counts by look, those its seeds reach (a change:
+    # its first folder's); each model's, its trained floor's counted in
+    looks = [sum(c <= len(runs) for c in looked.get(v[0] if isinstance(v, tuple) else folder, [0]))
+             for v, runs in zip((first, other, *floor), models)]
+    looks = (max([looks[0], *looks[2:]]), max(looks[1:]))
+    trained = [r[metric] for r in models[2]] if floor else None
+    names = [variant_label(v) for v in (first, other, *floor)]
+    cells = rule_cells(*models[:2], metric, trained, (direction,), looks, names)
     comparison = f"{folder}: {task_name}, {metric}"
     if floor:
-        comparison += f", floor {variant_label(floor[0])}"
+        comparison += f", floor {names[2]}"
+    read = word_looks(looks, direction)
     row = {"claim": claim, "part": f"{part}, {label}", "comparison": comparison,
-           "first / other": " / ".join(names),
-           "looks": f"{looks}: at α {ALPHA / looks:.3g}" if looks > 1 else "1",
+           "first / other": " / ".join(names[:2]),
+           "looks": f"{read}: at α {ALPHA / read:.3g}" if read > 1 else "1",
            **{k: v for k, v in cells.items() if k not in (direction, "p")}, "the claim": direction,
            "word": cells[direction]}
     return row, cells["p"]
@@ -858,14 +926,14 @@ def read_setting(claim, setting, loaded, runs_dir, looked):
 def claims_report(path, runs_dir):
     """The claims file's every setting read by the rule from its comparison's runs.json under
     runs_dir (at ALPHA over its LOOKS), each part's word, each claim's words under Holm's correction
-    within it, and each comparison's command, machine and training time (its runs' sum):
-    markdown."""
+    within it (AGAINST: parts whose yes goes against it), each comparison's command: markdown."""
     namespace = {}
     try:
         exec(open(path).read(), namespace)
         claims = namespace["CLAIMS"]
         commands = namespace["COMMANDS"]
         looked = namespace.get("LOOKS", {})
+        against = namespace.get("AGAINST", ())
     except Exception as e:
         raise ConfigError(f"claims file {path} failed ({type(e).__name__}: {e}); it sets CLAIMS "
                           f"and COMMANDS, as configs/claims.py does") from None
@@ -887,9 +955,10 @@ def claims_report(path, runs_dir):
             if k in ranks:
                 rank, level, kept = ranks[k]
                 row["Holm: rank, level"] = f"{rank} of {len(ranks)}, {level:.2g}"
-                decided += not word.startswith("not ")
+                decisive = bool(re.match(r"(yes|no)\b", word))
+                decided += decisive
                 # a decided word that Holm's correction does not keep says so in its part
-                if not (kept or word.startswith("not ")):
+                if decisive and not kept:
                     word += ", not kept by Holm"
                     dropped.append(f"{part}, {label}")
             parts.setdefault(part, []).append((word, label))
@@ -900,7 +969,8 @@ def claims_report(path, runs_dir):
                           "tested: Holm's family": len(ranks),
                           "words decided": decided, "kept by Holm": decided - len(dropped),
                           "dropped": "; ".join(dropped),
-                          "the settings' words": word_counts([row["word"] for row, _ in read])})
+                          "the settings' words": word_counts([row["word"] for row, _ in read],
+                                                             [s[0] in against for s in rows])})
     made = commands_table(loaded, commands, looked)
     return "\n".join(map(table, (verdicts, settings, holm_rows, made)))
 

@@ -19,6 +19,9 @@ STD, MIX = " standard", " mixit"  # the depth runs' parametrizations
 DEPTH_SETS = (("on Dyck-16, standard parametrization", "depth_L{}_standard", "dyck_16", STD),
               ("on Dyck-16, MixiT's parametrization", "depth_L{}_mixit", "dyck_16", MIX),
               ("on addition, each its own parametrization", "depth_add_L{}", "addition_3", ""))
+# a change (folder, label, folder, label): per seed, the first's score less the second's; the random transformer's fall
+# from 2 to 16 layers on Dyck-16 in a parametrization
+FALLS = {p: (f"depth_L2_{p}", RANDOM + s, f"depth_L16_{p}", RANDOM + s) for p, s in (("standard", STD), ("mixit", MIX))}
 LM = "Frozen-QK is competitive on language modeling; MixiT trails"
 RETRIEVAL = "retrieval_cpu+retrieval_more"  # a sixth seed of softmax and MixiT on retrieval_6
 MORE = {(97, 6): "+modadd_97_6k_more"}  # a sixth seed of modular addition mod 97 at 6,000 steps
@@ -69,6 +72,8 @@ CLAIMS = {
          "bits_per_param", H16, ("capacity_mixit_std", H16 + STD), "higher"),
         ("why MixiT trails at 1,500 steps: its parametrization", "its shaped activation alone standard",
          "capacity_cpu", "memorize_128", "bits_per_param", H16, ("capacity_part_activation", H16), "higher"),
+        ("MixiT with only its shaped activation standard below Frozen-MLP", "at 1,500 steps", "capacity_cpu",
+         "memorize_128", "bits_per_param", "softmax freeze=mlp", ("capacity_part_activation", H16), "lower"),
         ("MixiT in the standard parametrization above Frozen-MLP", "at 1,500 steps", "capacity_cpu+capacity_cpu_more",
          "memorize_128", "bits_per_param", "softmax freeze=mlp", ("capacity_mixit_std+capacity_mixit_std_more",
                                                                   H16 + STD), "higher")],
@@ -81,6 +86,9 @@ CLAIMS = {
            MIXIT + p, "holds") for what, folder, task, p in DEPTH_SETS],
         *[("MixiT above the random transformer at 16 layers", what, folder.format(16), task, "val_acc", RANDOM + p,
            MIXIT + p, "higher") for what, folder, task, p in DEPTH_SETS],
+        ("the random transformer falls further from 2 to 16 layers in MixiT's parametrization than in the standard one",
+         "on Dyck-16", "depth_L16_mixit", "dyck_16", "val_acc", FALLS["standard"], FALLS["mixit"],
+         "further"),
         ("why the random transformer falls further in MixiT's parametrization: its residual scaling, turned standard "
          "alone, raises it", "Dyck-16 at 16 layers", "depth_L16_mixit", "dyck_16", "val_acc", RANDOM + MIX,
          ("depth_part_residual", RANDOM + MIX), "higher")],
@@ -110,6 +118,9 @@ CLAIMS = {
         ("on Yelp polarity", "in MixiT's parametrization", "yelp_standard", "yelp_polarity", "val_acc",
          "softmax standard", ("yelp_mixit", H16), "match", ("yelp_bow", "softmax"))],
 }
+# the parts whose yes goes against their claim: MixiT better than a model of no layers, or below Frozen-MLP
+AGAINST = {"MixiT below a model of no layers, in GPT-2 BPE at 6 x 128 and 600 steps",
+           "MixiT with only its shaped activation standard below Frozen-MLP"}
 DEPTH = "python train.py configs/depth_cpu.py --task=dyck_16 --freeze=blocks --batch_size=128 " \
         "--max_iters=600 --learning_rate=3e-3"
 # Looks: a folder whose seeds were added after its words were first read is read at ALPHA over its
