@@ -29,7 +29,7 @@ from torch.utils.checkpoint import checkpoint
 ATTNS = ("softmax", "frozen_qk", "mixing", "learned_mixing")
 # attention that never reads its input
 MIXING = ("mixing", "learned_mixing")
-# a hybrid's letters, one a layer
+# A hybrid names each layer's attention by one letter.
 LETTERS = {"s": "softmax", "f": "frozen_qk", "m": "mixing", "l": "learned_mixing"}
 
 
@@ -146,7 +146,7 @@ def seed_key(*ints):
 def gaussian_pairs(index, key):
     """Two standard normals per index (..., 2) by Box-Muller on hashed uniforms: alike on any device
     or torch."""
-    # in (0, 1)
+    # The + 0.5 keeps u1 inside (0, 1): log(0) would be infinite.
     u1 = (hash32(index ^ hash32(key)) + 0.5) * 2.0 ** -32
     angle = hash32(index ^ hash32(key + 1)) * (2 * math.pi * 2.0 ** -32)
     radius = torch.sqrt(-2 * torch.log(u1))
@@ -165,7 +165,7 @@ def fixed_patterns(T, causal=True, device=None):
     """The patterns the study's fixed head 1 may hold (T, T), rows summing to 1: the prefix mean
     (non-causal: the mean), the previous token (row 0: itself)."""
     ones = torch.ones(T, T, device=device)
-    # row i: positions 0..i, or all
+    # Row i spreads over positions 0..i where causal, else over all.
     mean = ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T
     previous = torch.eye(T, device=device)[(torch.arange(T, device=device) - 1).clamp(min=0)]
     return {"mean": mean, "previous": previous}
@@ -179,13 +179,14 @@ def mixing_matrix(T, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=
     sum to 1. sigma_h is drawn uniform between 1/sqrt(T head_dim) and 1/sqrt(T), head by head.
     study: the study's departures, marked where they apply; rows: how many are made at a time."""
     mixing_delta = torch.zeros(n_head, T, T, device=device)
-    # the study's depth_alpha drops the identity: A_h = beta (N_h - rowmean N_h)
+    # The study's depth_alpha drops the identity, A_h = beta (N_h - rowmean N_h): its unscaled
+    # skip carries the token itself.
     identity = not study.depth_alpha
-    # each head's noise std lies between these two (the study's sigma_min may raise the lower)
+    # Each head's noise std lies between these two; the study's sigma_min may raise the lower.
     sigma_low = study.sigma_min or 1 / math.sqrt(T * head_dim)
     sigma_high = 1 / math.sqrt(T)
     for h in range(1, n_head):
-        # sigma_h uniform from the seed; the study's A_h without its identity has the higher
+        # sigma_h is uniform from the seed; the study's A_h without its identity takes the higher.
         uniform = hash32(seed_key(*seed, h, 0)) * 2.0 ** -32
         sigma = sigma_low + uniform * (sigma_high - sigma_low) if identity else sigma_high
         # The matrix is made rows first..last-1 at a time, on the device that uses it: the hashed
@@ -197,8 +198,9 @@ def mixing_matrix(T, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=
             future = (torch.arange(cols, device=device) > i) & causal
             noise = sigma * hashed_normals(i, cols, T, seed_key(*seed, h, 1))
             noise = noise.masked_fill(future, 0.0)
-            # each row's mean over the entries it has: j <= i where causal, else all T (the study's
-            # centring=reference: i + 1 there too)
+            # Each row is centred on its mean over the entries it has (j <= i where causal, else
+            # all T), so the rows of A_h sum to 1. The study's centring=reference divides by i + 1
+            # there too.
             count = i + 1 if causal or study.centring == "reference" else T
             centred = noise - noise.sum(-1, keepdim=True) / count
             mixing_delta[h, first:last, :cols] = beta * centred.masked_fill(future, 0.0)
@@ -211,7 +213,7 @@ def mixing_matrix(T, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=
     sink_head[1:, 0] = 0.5
     mixing_delta[0] = sink_head - eye
     if study.fixed_head:
-        # the study's head 1: a known pattern instead of noise
+        # The study's head 1 holds a known pattern instead of noise, to test what one head can do.
         mixing_delta[1] = fixed_patterns(T, causal, device)[study.fixed_head] - eye
     return mixing_delta
 
@@ -242,7 +244,7 @@ class SoftmaxAttention(Attention):
         super().__init__(config, layer)
         C = config.n_embd
         if self.kind == "softmax":
-            # W_Q, W_K, W_V in one matmul
+            # W_Q, W_K and W_V are one matmul: one kernel instead of three.
             self.qkv = nn.Linear(C, 3 * C, config.study.bias)
         else:
             # W_Q and W_K in one matmul, frozen, and W_V apart. The paper draws the frozen two
@@ -261,7 +263,7 @@ class SoftmaxAttention(Attention):
         if cache is not None:
             k, v = cache.update(self.layer, k, v)
         y = self.attend(q, k, v, pad_mask, pos)
-        # the heads side by side, through W_O
+        # The heads are laid side by side, then W_O mixes them.
         return self.o(y.transpose(1, 2).flatten(2))
 
     def qkv_heads(self, x, pos):
@@ -276,12 +278,12 @@ class SoftmaxAttention(Attention):
         """Queries q (B, H, t, hd) at positions pos.. against keys and values at 0..:
         (B, H, t, hd)."""
         t = q.size(2)
-        # the keys that are not padding
+        # A classifier's queries read only the keys that are not padding.
         mask = None if pad_mask is None else pad_mask[:, None, None]
-        # a single new query sees every cached key
+        # A single new query sees every cached key, so it needs no mask.
         causal = self.causal and t > 1
         if causal and pos:
-            # new queries against all keys: the causal mask aligned to the bottom right
+            # New queries against all keys need the causal mask aligned to the bottom right.
             mask = torch.ones(t, pos + t, dtype=torch.bool, device=q.device).tril(pos)
             causal = False
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
@@ -297,7 +299,8 @@ class MixingAttention(Attention):
         mixing_delta = mixing_matrix(config.block_size, self.n_head, self.head_dim, config.causal,
                                      config.mix_beta, (config.seed, 1, layer), device,
                                      config.study)
-        # A - I: a function of the seed, rebuilt rather than saved, cast once to the compute dtype
+        # A - I is a function of the seed: rebuilt rather than saved, cast once to the compute
+        # dtype.
         self.register_buffer("mixing", mixing_delta.to(mixing_dtype), persistent=False)
         self.v = ScaledLinear(config, C, C)
         self.o = ScaledLinear(config, C, C)
@@ -308,7 +311,7 @@ class MixingAttention(Attention):
         pos = 0 if cache is None else cache.pos
         v = self.v(x)
         if pad_mask is not None:
-            # padding carries no value
+            # Padding carries no value, so a classifier's pads change nothing.
             v = v * pad_mask[..., None]
         (v,) = self.heads(v)
         if cache is not None:
@@ -318,7 +321,7 @@ class MixingAttention(Attention):
         # P @ v would copy P for every sequence.
         mixed = torch.einsum("hts,bhsd->bhtd", self.mixing_rows(pos, t).to(v.dtype), v)
         y = v[:, :, -t:] + mixed
-        # the heads side by side, through W_O
+        # The heads are laid side by side, then W_O mixes them.
         return self.o(y.transpose(1, 2).flatten(2))
 
     def mixing_rows(self, pos, t):
@@ -326,7 +329,7 @@ class MixingAttention(Attention):
         return self.mixing[:, pos:pos + t, :pos + t]
 
 
-# the attention of each kind that never reads its input (the study adds learned_mixing)
+# Block builds attention that never reads its input from here; the study adds learned_mixing.
 MIXING_ATTENTIONS = {"mixing": MixingAttention}
 
 
@@ -335,7 +338,7 @@ class Rotary(nn.Module):
 
     def __init__(self, head_dim, block_size, theta):
         super().__init__()
-        # (hd/2,) frequencies, (T, hd/2) angles, (T, hd) their cosines and sines
+        # The (T, hd) cosines and sines are made once: every forward reads them.
         inv_freq = theta ** -(torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq)
         self.register_buffer("cos", angles.cos().repeat(1, 2), persistent=False)
@@ -361,7 +364,7 @@ class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
         C = config.n_embd
-        # W_G and W_U in one matmul
+        # W_G and W_U are one matmul: one kernel instead of two.
         self.gate_up = ScaledLinear(config, C, 8 * C)
         self.down = ScaledLinear(config, 4 * C, C, config.base_ffn)
         self.shaped = config.mixit_part("activation")
@@ -392,11 +395,10 @@ class Block(nn.Module):
         study = config.study
         preserving = config.mixit_part("residual") and not study.depth_alpha
         self.skip_scale = config.skip if preserving else 1.0
-        # (the study's depth_alpha 0 gives a plain sum, scale 1)
+        # With the study's depth_alpha at 0 this scale is 1: a plain sum.
         depth_scale = (study.base_depth / config.n_layer) ** study.depth_alpha
         self.branch_scale = math.sqrt(1 - config.skip ** 2) if preserving else depth_scale
-        # what keeps its random init: the MLP (Frozen-MLP) or the whole block (the random
-        # transformer)
+        # Frozen-MLP keeps the MLP at its random init, the random transformer the whole block.
         if config.freeze == "mlp":
             self.mlp.requires_grad_(False)
         if config.freeze == "blocks":
@@ -472,7 +474,7 @@ class Transformer(nn.Module):
         self.config = config
         C = config.n_embd
         self.wte = nn.Embedding(config.vocab_size, C, padding_idx=attended_pad(config))
-        # MixiT's learned positions
+        # MixiT's parametrization learns positions: its mixing layers have no RoPE.
         self.wpe = nn.Embedding(config.block_size, C) if config.mixit_part("positions") else None
         self.blocks = nn.ModuleList(Block(config, layer, device, mixing_dtype)
                                     for layer in range(config.n_layer))
@@ -535,8 +537,9 @@ class Transformer(nn.Module):
 
 
 # ==================================================================================================
-# A reader of the paper can stop here: what follows is the study's learned mixing, the checks and
-# the flat fields of a config, and the machinery (the chunked loss, the KV cache, FLOP counts,
+# A reader of the paper can stop here: nothing above uses what follows, and the study's departures
+# above are marked as the study's. What follows is the study's learned mixing, the checks and the
+# flat fields of a config, and the machinery (the chunked loss, the KV cache, FLOP counts,
 # generation, attention maps).
 # ==================================================================================================
 
@@ -554,13 +557,13 @@ class LearnedMixingAttention(MixingAttention):
     entries only: attention that learns but never reads its input."""
 
     def __init__(self, config, layer, device=None, mixing_dtype=None):
-        # a trained matrix stays float32, whatever the compute dtype
+        # A trained matrix stays float32, whatever the compute dtype, as every parameter does.
         super().__init__(config, layer, device)
         self.mixing = nn.Parameter(self.mixing)
 
     def mixing_rows(self, pos, t):
         rows = super().mixing_rows(pos, t)
-        # no gradient from the future
+        # The future gets no gradient, so it stays 0.
         return rows.tril(pos) if self.causal else rows
 
 
@@ -632,7 +635,7 @@ class KVCache:
 
     def __init__(self, n_layer, size):
         self.size = size
-        # positions already cached; 0 starts a new sequence
+        # pos counts the positions already cached; 0 starts a new sequence.
         self.pos = 0
         self.k = [None] * n_layer
         self.v = [None] * n_layer
@@ -686,7 +689,7 @@ def param_groups(params, weight_decay):
 class MixiT(Transformer):
     """The paper's models with what the scripts use around them: the chunked loss, parameter
     counts, the optimizer, FLOP counts, generation and attention maps."""
-    # the loss's logits made this many at a time (0: all at once)
+    # The loss's logits are made this many at a time (0: all at once), to bound their memory.
     loss_chunk = LOSS_CHUNK
 
     def loss(self, x, targets):
@@ -714,14 +717,14 @@ class MixiT(Transformer):
         positions a query sees on average."""
         cfg = self.config
         T = seq_len or cfg.block_size
-        # one token's row of a (T, T) x (T, C) product
+        # One token's row of a (T, T) x (T, C) product costs this much.
         row_flops = 2 * cfg.n_embd * ((T + 1) / 2 if cfg.causal else T)
         fwd = bwd = 0.0
         for module in self.modules():
             if isinstance(module, nn.Linear) and not (module is self.head and cfg.n_classes):
                 weight_flops = 2 * module.weight.numel()
                 fwd += weight_flops
-                # the input's gradient, and the weight's where it trains
+                # Backward computes the input's gradient, and the weight's where it trains.
                 bwd += weight_flops * (2 if module.weight.requires_grad else 1)
         for block in self.blocks:
             if block.attn.kind in MIXING:
@@ -745,7 +748,8 @@ class MixiT(Transformer):
         T = self.config.block_size
         cache = KVCache(self.config.n_layer, T) if use_cache else None
         for _ in range(max_new_tokens):
-            # a full window is computed again from position 0; else the newest token only
+            # A full window is computed again from position 0 (the positions are absolute); else
+            # the newest token alone.
             if cache is not None and cache.pos == T:
                 cache.pos = 0
             newest = cache is not None and cache.pos > 0
@@ -774,11 +778,11 @@ class MixiT(Transformer):
             attn = block.attn
             if attn.kind in MIXING:
                 weights = (eye + attn.mixing_rows(0, t).float()).expand(B, -1, -1, -1)
-                # masked padding carries nothing
+                # Masked padding carries nothing, so its columns are 0.
                 weights = weights if pad_mask is None else weights * pad_mask[:, None, None]
             else:
                 q, k, _ = attn.qkv_heads(block.norm1(x), 0)
-                # the weights themselves: softmax attention given each key's own one-hot value
+                # Softmax attention with one-hot values returns its weights themselves.
                 one_hot = eye.to(q.dtype).expand(B, attn.n_head, t, t)
                 weights = attn.attend(q, k, one_hot, pad_mask, 0)
             maps.append(weights)
