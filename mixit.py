@@ -19,7 +19,7 @@ The paper's model comes first. Further down, a divider marks where the study's o
 machinery (random numbers, the chunked loss, the KV cache, FLOP counts, generation) begin.
 """
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn as nn
@@ -29,12 +29,41 @@ from torch.utils.checkpoint import checkpoint
 ATTNS = ("softmax", "frozen_qk", "mixing", "learned_mixing")
 # attention that never reads its input
 MIXING = ("mixing", "learned_mixing")
+# A hybrid names each layer's attention by one letter.
+LETTERS = {"s": "softmax", "f": "frozen_qk", "m": "mixing", "l": "learned_mixing"}
+
+
+@dataclass(frozen=True)
+class StudyOptions:
+    """The study's departures from the paper, each at the paper's value by default."""
+    # frozen_qk's frozen W_Q, W_K are drawn N(0, 1/n_embd) as the paper says | reference:
+    # N(0, init_std^2), as the reference code does
+    qk_init: str = "paper"
+    # every projection has a bias, as in the reference trainers
+    bias: bool = True
+    # these parts of MixiT's parametrization made standard (MIXIT_PARTS)
+    standard_parts: tuple = ()
+    # mixing: the noise std's lowest value (0: the paper's 1/sqrt(T head_dim))
+    sigma_min: float = 0.0
+    # mixing's head 1: "" noise, as the paper | mean: the prefix mean | previous: the previous token
+    fixed_head: str = ""
+    # non-causal mixing: each row centred on its mean | reference: on its sum / (i + 1), as the
+    # authors' code does
+    centring: str = "mean"
+    # a classifier reads the mean of its real tokens | last: its last real token, as the reference
+    pool: str = "mean"
+    # a classifier's padding is masked out of attention | attended: attention sees it, its
+    # embedding held at 0, as the reference
+    pads: str = "masked"
+    # > 0: every model's residual stream h = h + (base_depth / n_layer)^depth_alpha f(h), and
+    # MixiT's A without its I, as the reference's language-model launchers run MixiT
+    depth_alpha: float = 0.0
+    base_depth: float = 4.0
 
 
 @dataclass
 class MixiTConfig:
-    """The model. The paper's models need only the fields down to mix_beta; the study's options
-    follow, each at the paper's value by default."""
+    """The model: the paper's fields, then the study's options in their own group."""
     vocab_size: int = 64
     block_size: int = 32
     n_layer: int = 2
@@ -52,14 +81,9 @@ class MixiTConfig:
     pad_id: int = -1
     # every random init comes from it: trained weights, frozen weights, mixing matrices
     seed: int = 0
-    # every projection has a bias, as in the reference trainers
-    bias: bool = True
     rope_theta: float = 10000.0
     # every trained linear weight is drawn N(0, init_std^2), as in the reference code
     init_std: float = 0.02
-    # frozen_qk's frozen W_Q, W_K are drawn N(0, 1/n_embd) as the paper says | reference:
-    # N(0, init_std^2), as the reference code does
-    qk_init: str = "paper"
     # mixit: MixiT's parametrization (the next four fields) | standard | auto: MixiT's where any
     # layer mixes
     parametrization: str = "auto"
@@ -73,25 +97,7 @@ class MixiTConfig:
     cminus: float = -1.0
     # mixing: the scale of the centred noise around the identity
     mix_beta: float = 1.0
-    # The study's options, read by the code after the divider.
-    # these parts of MixiT's parametrization made standard: a comma list of MIXIT_PARTS
-    standard_parts: str = ""
-    # mixing: the noise std's lowest value (0: the paper's 1/sqrt(T head_dim))
-    sigma_min: float = 0.0
-    # mixing's head 1: "" noise, as the paper | mean: the prefix mean | previous: the previous token
-    fixed_head: str = ""
-    # non-causal mixing: each row centred on its mean | reference: on its sum / (i + 1), as the
-    # authors' code does
-    centring: str = "mean"
-    # a classifier reads the mean of its real tokens | last: its last real token, as the reference
-    pool: str = "mean"
-    # a classifier's padding is masked out of attention | attended: attention sees it, its
-    # embedding held at 0, as the reference
-    pads: str = "masked"
-    # > 0: every model's residual stream h = h + (base_depth / n_layer)^depth_alpha f(h), and
-    # MixiT's A without its I, as the reference's language-model launchers run MixiT
-    depth_alpha: float = 0.0
-    base_depth: float = 4.0
+    study: StudyOptions = field(default_factory=StudyOptions)
 
     @property
     def layer_attn(self):
@@ -114,48 +120,92 @@ class MixiTConfig:
         return self.parametrization == "mixit"
 
     def mixit_part(self, part):
-        """One part of MixiT's parametrization: on where the parametrization is, unless
-        standard_parts names it."""
-        return self.mixit_param and part not in self.standard_parts.split(",")
-
-    def __post_init__(self):
-        check_config(self)
+        """One part of MixiT's parametrization: on where the parametrization is, unless the study
+        makes it standard."""
+        return self.mixit_param and part not in self.study.standard_parts
 
 
 # ------------------------------------------------------------------ MixiT's fixed random attention
 
-def mixing_matrix(T, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=None, **options):
+def hash32(x):
+    """Mueller's 32-bit integer hash, for Python ints and int64 tensors alike (every product stays
+    below 2^63)."""
+    for _ in range(2):
+        x = (x >> 16 ^ x) * 0x45D9F3B & 0xFFFFFFFF
+    return x >> 16 ^ x
+
+
+def seed_key(*ints):
+    """One 32-bit key from a flat tuple of non-negative integers."""
+    key = 0
+    for i in ints:
+        key = hash32(key ^ hash32(i))
+    return key
+
+
+def gaussian_pairs(index, key):
+    """Two standard normals per index (..., 2) by Box-Muller on hashed uniforms: alike on any device
+    or torch."""
+    # The + 0.5 keeps u1 inside (0, 1): log(0) would be infinite.
+    u1 = (hash32(index ^ hash32(key)) + 0.5) * 2.0 ** -32
+    angle = hash32(index ^ hash32(key + 1)) * (2 * math.pi * 2.0 ** -32)
+    radius = torch.sqrt(-2 * torch.log(u1))
+    return torch.stack((radius * torch.cos(angle), radius * torch.sin(angle)), -1)
+
+
+def hashed_normals(i, cols, T, key):
+    """MixiT's noise: standard normals at rows i (r, 1) and columns 0..cols-1 of a (T, T) matrix,
+    each hashed from the key and its place alone (no random generator), so that the matrix is the
+    same on every device and at any row chunking."""
+    index = i * ((T + 1) // 2) + torch.arange((cols + 1) // 2, device=i.device)
+    return gaussian_pairs(index, key).flatten(1)[:, :cols]
+
+
+def fixed_patterns(T, causal=True, device=None):
+    """The patterns the study's fixed head 1 may hold (T, T), rows summing to 1: the prefix mean
+    (non-causal: the mean), the previous token (row 0: itself)."""
+    ones = torch.ones(T, T, device=device)
+    # Row i spreads over positions 0..i where causal, else over all.
+    mean = ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T
+    previous = torch.eye(T, device=device)[(torch.arange(T, device=device) - 1).clamp(min=0)]
+    return {"mean": mean, "previous": previous}
+
+
+def mixing_matrix(T, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=None,
+                  study=StudyOptions(), rows=128):
     """MixiT's fixed attention less its identity, A_h - I, as (n_head, T, T) float32. Head 0 is the
     sink head. Every other head is A_h = I + beta (N_h - rowmean N_h), with noise
     N_h[i, j] ~ N(0, sigma_h^2) where j <= i (causal), centred on its row's mean: the rows of A_h
     sum to 1. sigma_h is drawn uniform between 1/sqrt(T head_dim) and 1/sqrt(T), head by head.
-    options: the study's departures (MixingOptions, after the divider); none by default."""
-    study = MixingOptions(**options)
+    study: the study's departures, marked where they apply; rows: how many are made at a time."""
     mixing_delta = torch.zeros(n_head, T, T, device=device)
-    # each head's noise std lies between these two (the study's sigma_min may raise the lower)
+    # The study's depth_alpha drops the identity, A_h = beta (N_h - rowmean N_h): its unscaled
+    # skip carries the token itself.
+    identity = not study.depth_alpha
+    # Each head's noise std lies between these two; the study's sigma_min may raise the lower.
     sigma_low = study.sigma_min or 1 / math.sqrt(T * head_dim)
     sigma_high = 1 / math.sqrt(T)
     for h in range(1, n_head):
-        # sigma_h uniform from the seed; the study's A_h without its identity has the higher
+        # sigma_h is uniform from the seed; the study's A_h without its identity takes the higher.
         uniform = hash32(seed_key(*seed, h, 0)) * 2.0 ** -32
-        sigma = sigma_low + uniform * (sigma_high - sigma_low) if study.identity else sigma_high
+        sigma = sigma_low + uniform * (sigma_high - sigma_low) if identity else sigma_high
         # The matrix is made rows first..last-1 at a time, on the device that uses it: the hashed
         # noise's temporaries stay small. Causal rows reach the columns up to the last row only.
-        for first in range(0, T, study.rows):
-            last = min(first + study.rows, T)
+        for first in range(0, T, rows):
+            last = min(first + rows, T)
             cols = last if causal else T
             i = torch.arange(first, last, device=device).view(-1, 1)
             future = (torch.arange(cols, device=device) > i) & causal
             noise = sigma * hashed_normals(i, cols, T, seed_key(*seed, h, 1))
             noise = noise.masked_fill(future, 0.0)
-            # each row's mean over the entries it has: j <= i where causal, else all T (the study's
-            # centring=reference: i + 1 there too)
+            # Each row is centred on its mean over the entries it has (j <= i where causal, else
+            # all T), so the rows of A_h sum to 1. The study's centring=reference divides by i + 1
+            # there too.
             count = i + 1 if causal or study.centring == "reference" else T
             centred = noise - noise.sum(-1, keepdim=True) / count
             mixing_delta[h, first:last, :cols] = beta * centred.masked_fill(future, 0.0)
     eye = torch.eye(T, device=device)
-    if not study.identity:
-        # the study's A_h itself: the identity rides on depth_alpha's unscaled skip instead
+    if not identity:
         mixing_delta[1:].diagonal(dim1=1, dim2=2).sub_(1.0)
     # Head 0 is the sink head the authors' code adds, A_0 = I/2 + (token 0)/2: every token keeps
     # half of itself and takes half of token 0 (row 0 holds only its own half).
@@ -163,7 +213,7 @@ def mixing_matrix(T, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=
     sink_head[1:, 0] = 0.5
     mixing_delta[0] = sink_head - eye
     if study.fixed_head:
-        # the study's head 1: a known pattern instead of noise
+        # The study's head 1 holds a known pattern instead of noise, to test what one head can do.
         mixing_delta[1] = fixed_patterns(T, causal, device)[study.fixed_head] - eye
     return mixing_delta
 
@@ -194,15 +244,15 @@ class SoftmaxAttention(Attention):
         super().__init__(config, layer)
         C = config.n_embd
         if self.kind == "softmax":
-            # W_Q, W_K, W_V in one matmul
-            self.qkv = nn.Linear(C, 3 * C, config.bias)
+            # W_Q, W_K and W_V are one matmul: one kernel instead of three.
+            self.qkv = nn.Linear(C, 3 * C, config.study.bias)
         else:
             # W_Q and W_K in one matmul, frozen, and W_V apart. The paper draws the frozen two
             # N(0, 1/C); qk_init=reference draws them N(0, init_std^2) like every other weight.
-            self.qk = nn.Linear(C, 2 * C, config.bias).requires_grad_(False)
-            if config.qk_init == "paper":
+            self.qk = nn.Linear(C, 2 * C, config.study.bias).requires_grad_(False)
+            if config.study.qk_init == "paper":
                 self.qk.init_std = 1 / math.sqrt(C)
-            self.v = nn.Linear(C, C, config.bias)
+            self.v = nn.Linear(C, C, config.study.bias)
         self.rotary = Rotary(self.head_dim, config.block_size, config.rope_theta)
         self.o = ScaledLinear(config, C, C)
 
@@ -213,7 +263,7 @@ class SoftmaxAttention(Attention):
         if cache is not None:
             k, v = cache.update(self.layer, k, v)
         y = self.attend(q, k, v, pad_mask, pos)
-        # the heads side by side, through W_O
+        # The heads are laid side by side, then W_O mixes them.
         return self.o(y.transpose(1, 2).flatten(2))
 
     def qkv_heads(self, x, pos):
@@ -228,12 +278,12 @@ class SoftmaxAttention(Attention):
         """Queries q (B, H, t, hd) at positions pos.. against keys and values at 0..:
         (B, H, t, hd)."""
         t = q.size(2)
-        # the keys that are not padding
+        # A classifier's queries read only the keys that are not padding.
         mask = None if pad_mask is None else pad_mask[:, None, None]
-        # a single new query sees every cached key
+        # A single new query sees every cached key, so it needs no mask.
         causal = self.causal and t > 1
         if causal and pos:
-            # new queries against all keys: the causal mask aligned to the bottom right
+            # New queries against all keys need the causal mask aligned to the bottom right.
             mask = torch.ones(t, pos + t, dtype=torch.bool, device=q.device).tril(pos)
             causal = False
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
@@ -248,8 +298,9 @@ class MixingAttention(Attention):
         C = config.n_embd
         mixing_delta = mixing_matrix(config.block_size, self.n_head, self.head_dim, config.causal,
                                      config.mix_beta, (config.seed, 1, layer), device,
-                                     **mixing_options(config))
-        # A - I: a function of the seed, rebuilt rather than saved, cast once to the compute dtype
+                                     config.study)
+        # A - I is a function of the seed: rebuilt rather than saved, cast once to the compute
+        # dtype.
         self.register_buffer("mixing", mixing_delta.to(mixing_dtype), persistent=False)
         self.v = ScaledLinear(config, C, C)
         self.o = ScaledLinear(config, C, C)
@@ -260,15 +311,17 @@ class MixingAttention(Attention):
         pos = 0 if cache is None else cache.pos
         v = self.v(x)
         if pad_mask is not None:
-            # padding carries no value
+            # Padding carries no value, so a classifier's pads change nothing.
             v = v * pad_mask[..., None]
         (v,) = self.heads(v)
         if cache is not None:
             _, v = cache.update(self.layer, None, v)
-        # A V = V + (A - I) V, one product a head (P @ v would copy P for every sequence)
+        # A V = V + (A - I) V. The buffer holds A - I: depth_alpha's A has no identity, and
+        # V + (A - I) V rounds as every stored run did (A V would not). One product a head:
+        # P @ v would copy P for every sequence.
         mixed = torch.einsum("hts,bhsd->bhtd", self.mixing_rows(pos, t).to(v.dtype), v)
         y = v[:, :, -t:] + mixed
-        # the heads side by side, through W_O
+        # The heads are laid side by side, then W_O mixes them.
         return self.o(y.transpose(1, 2).flatten(2))
 
     def mixing_rows(self, pos, t):
@@ -276,12 +329,16 @@ class MixingAttention(Attention):
         return self.mixing[:, pos:pos + t, :pos + t]
 
 
+# Block builds attention that never reads its input from here; the study adds learned_mixing.
+MIXING_ATTENTIONS = {"mixing": MixingAttention}
+
+
 class Rotary(nn.Module):
     """Rotary position embedding (rotate-half convention) for positions [0, block_size)."""
 
     def __init__(self, head_dim, block_size, theta):
         super().__init__()
-        # (hd/2,) frequencies, (T, hd/2) angles, (T, hd) their cosines and sines
+        # The (T, hd) cosines and sines are made once: every forward reads them.
         inv_freq = theta ** -(torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq)
         self.register_buffer("cos", angles.cos().repeat(1, 2), persistent=False)
@@ -307,7 +364,7 @@ class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
         C = config.n_embd
-        # W_G and W_U in one matmul
+        # W_G and W_U are one matmul: one kernel instead of two.
         self.gate_up = ScaledLinear(config, C, 8 * C)
         self.down = ScaledLinear(config, 4 * C, C, config.base_ffn)
         self.shaped = config.mixit_part("activation")
@@ -326,10 +383,8 @@ class Block(nn.Module):
         super().__init__()
         kind = config.layer_attn[layer]
         self.norm1 = RMSNorm(config.n_embd)
-        if kind == "mixing":
-            self.attn = MixingAttention(config, layer, device, mixing_dtype)
-        elif kind == "learned_mixing":
-            self.attn = LearnedMixingAttention(config, layer, device)
+        if kind in MIXING:
+            self.attn = MIXING_ATTENTIONS[kind](config, layer, device, mixing_dtype)
         else:
             self.attn = SoftmaxAttention(config, layer)
         self.norm2 = RMSNorm(config.n_embd)
@@ -337,11 +392,13 @@ class Block(nn.Module):
         # MixiT's residual scaling, h = skip_scale h + branch_scale f(h) with
         # skip_scale^2 + branch_scale^2 = 1, keeps the hidden norm constant in depth. Without it the
         # residual is a plain sum, or the study's depth_alpha scales the branch.
-        preserving = config.mixit_part("residual") and not config.depth_alpha
+        study = config.study
+        preserving = config.mixit_part("residual") and not study.depth_alpha
         self.skip_scale = config.skip if preserving else 1.0
-        self.branch_scale = math.sqrt(1 - config.skip ** 2) if preserving else depth_scale(config)
-        # what keeps its random init: the MLP (Frozen-MLP) or the whole block (the random
-        # transformer)
+        # With the study's depth_alpha at 0 this scale is 1: a plain sum.
+        depth_scale = (study.base_depth / config.n_layer) ** study.depth_alpha
+        self.branch_scale = math.sqrt(1 - config.skip ** 2) if preserving else depth_scale
+        # Frozen-MLP keeps the MLP at its random init, the random transformer the whole block.
         if config.freeze == "mlp":
             self.mlp.requires_grad_(False)
         if config.freeze == "blocks":
@@ -358,7 +415,7 @@ class ScaledLinear(nn.Linear):
     grows. The multiplier is 1 where the parametrization is standard."""
 
     def __init__(self, config, fan_in, fan_out, base=None, bias=True):
-        super().__init__(fan_in, fan_out, bias and config.bias)
+        super().__init__(fan_in, fan_out, bias and config.study.bias)
         scaled = config.mixit_part("multipliers")
         self.mult = math.sqrt((base or config.base_width) / fan_in) if scaled else 1.0
 
@@ -378,6 +435,34 @@ class RMSNorm(nn.RMSNorm):
         return super().forward(x.float()).type_as(x)
 
 
+# ------------------------------------------------------------------------ a classifier's tokens
+
+def attended_pad(config):
+    """The padding token where a classifier's attention sees its pads (pads=attended): its
+    embedding is held at 0."""
+    attended = config.n_classes and config.study.pads == "attended"
+    return config.pad_id if attended and 0 <= config.pad_id < config.vocab_size else None
+
+
+def classifier_masks(config, idx):
+    """A classifier's real tokens (B, t), and the keys attention reads (None: every one); None for
+    both in a language model."""
+    if not config.n_classes:
+        return None, None
+    real = idx != config.pad_id
+    return real, real if config.study.pads == "masked" else None
+
+
+def pool(x, real, how):
+    """(B, t, C) -> (B, C): the mean of the real tokens, or the last real token (the reference's
+    classifier)."""
+    if how == "last":
+        last = (real * torch.arange(real.size(1), device=x.device)).amax(1)
+        return x[torch.arange(len(x), device=x.device), last]
+    keep = real.unsqueeze(-1).to(x.dtype)
+    return (x * keep).sum(1) / keep.sum(1).clamp(min=1)
+
+
 class Transformer(nn.Module):
     """The paper's models: token embeddings (and MixiT's learned positions), n_layer blocks, a final
     norm and an untied head over the vocabulary or the classes."""
@@ -389,14 +474,12 @@ class Transformer(nn.Module):
         self.config = config
         C = config.n_embd
         self.wte = nn.Embedding(config.vocab_size, C, padding_idx=attended_pad(config))
-        # MixiT's learned positions
+        # MixiT's parametrization learns positions: its mixing layers have no RoPE.
         self.wpe = nn.Embedding(config.block_size, C) if config.mixit_part("positions") else None
         self.blocks = nn.ModuleList(Block(config, layer, device, mixing_dtype)
                                     for layer in range(config.n_layer))
         self.norm = RMSNorm(C)
         self.head = ScaledLinear(config, C, config.n_classes or config.vocab_size, bias=False)
-        # the loss's logits made this many at a time (0: all at once)
-        self.loss_chunk = LOSS_CHUNK
         self.init_weights()
         self.to(device)
 
@@ -442,22 +525,24 @@ class Transformer(nn.Module):
         if cache is not None:
             cache.pos += t
         if self.config.n_classes:
-            x = pool(x, real, self.config.pool)
+            x = pool(x, real, self.config.study.pool)
         if targets is None:
             return self.head(x), None
-        loss = cross_entropy_sum(self.head, x, targets, self.head.out_features, self.loss_chunk)
-        # the mean over the scored targets; 0 with none
-        return None, loss / (targets >= 0).sum().clamp(min=1)
+        return None, self.loss(x, targets)
+
+    def loss(self, x, targets):
+        """The mean cross-entropy of the head's logits on x against targets (-1: unscored)."""
+        logits = self.head(x).float()
+        return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=-1)
 
 
 # ==================================================================================================
-# A reader of the paper can stop here. What follows is the study's options (hybrids, learned
-# mixing, fixed heads, sigma_min, centring, depth_alpha, pooling and pads, parts of the
-# parametrization) and the machinery (integer-hash random numbers, the chunked loss, the KV cache,
-# FLOP counts, generation, attention maps).
+# A reader of the paper can stop here: nothing above uses what follows, and the study's departures
+# above are marked as the study's. What follows is the study's learned mixing, the checks and the
+# flat fields of a config, and the machinery (the chunked loss, the KV cache, FLOP counts,
+# generation, attention maps).
 # ==================================================================================================
 
-LETTERS = {"s": "softmax", "f": "frozen_qk", "m": "mixing", "l": "learned_mixing"}
 FREEZES = ("", "mlp", "blocks")
 # MixiT's parametrization, part by part
 MIXIT_PARTS = ("residual", "activation", "multipliers", "positions")
@@ -465,6 +550,46 @@ MIXIT_PARTS = ("residual", "activation", "multipliers", "positions")
 FIXED_HEADS = {"": "random", "mean": "the prefix mean", "previous": "the previous token"}
 # the loss's float32 logits made this many at a time (512 MiB: 2,668 positions of GPT-2 BPE)
 LOSS_CHUNK = 2 ** 27
+
+
+class LearnedMixingAttention(MixingAttention):
+    """learned_mixing: MixiT's matrix A - I as a trained parameter from the same init, its causal
+    entries only: attention that learns but never reads its input."""
+
+    def __init__(self, config, layer, device=None, mixing_dtype=None):
+        # A trained matrix stays float32, whatever the compute dtype, as every parameter does.
+        super().__init__(config, layer, device)
+        self.mixing = nn.Parameter(self.mixing)
+
+    def mixing_rows(self, pos, t):
+        rows = super().mixing_rows(pos, t)
+        # The future gets no gradient, so it stays 0.
+        return rows.tril(pos) if self.causal else rows
+
+
+MIXING_ATTENTIONS["learned_mixing"] = LearnedMixingAttention
+
+
+def flat_args(args):
+    """A config's fields in one flat dict, as train.py's options name them, from asdict(config) or
+    a checkpoint's model_args. Checkpoints written before the study's options had their own group
+    hold them flat, and standard_parts as a comma string."""
+    flat = dict(args)
+    flat.update(flat.pop("study", {}))
+    parts = flat.get("standard_parts", ())
+    if isinstance(parts, str):
+        flat["standard_parts"] = tuple(filter(None, parts.split(",")))
+    return flat
+
+
+def mixit_config(args):
+    """The MixiTConfig of flat fields (flat_args), checked: a ValueError names what is valid where
+    a field is not."""
+    flat = flat_args(args)
+    study = {k: flat.pop(k) for k in StudyOptions.__dataclass_fields__ if k in flat}
+    config = MixiTConfig(**flat, study=StudyOptions(**study))
+    check_config(config)
+    return config
 
 
 def check_config(config):
@@ -479,9 +604,10 @@ def check_config(config):
                     "parametrization": ("auto", "mixit", "standard"), "pool": ("mean", "last"),
                     "pads": ("masked", "attended"), "centring": ("mean", "reference"),
                     "fixed_head": FIXED_HEADS}
+    fields = flat_args(asdict(config))
     for name, valid in valid_values.items():
-        if getattr(config, name) not in valid:
-            raise ValueError(f"unknown {name} {getattr(config, name)!r}; valid: "
+        if fields[name] not in valid:
+            raise ValueError(f"unknown {name} {fields[name]!r}; valid: "
                              + ", ".join(repr(v) if v == "" else v for v in valid))
     if config.n_embd % config.n_head:
         raise ValueError(f"n_embd={config.n_embd} must be divisible by n_head={config.n_head}")
@@ -489,132 +615,16 @@ def check_config(config):
     if any(a not in MIXING for a in config.layer_attn) and (config.n_embd // config.n_head) % 2:
         raise ValueError("rotary embeddings need an even head size, "
                          f"got {config.n_embd // config.n_head}")
-    if config.fixed_head and config.n_head < 2:
+    if config.study.fixed_head and config.n_head < 2:
         raise ValueError("fixed_head needs n_head >= 2 (head 0 is the sink, head 1 the fixed), "
                          f"got {config.n_head}")
-    unknown_parts = set(filter(None, config.standard_parts.split(","))) - set(MIXIT_PARTS)
+    unknown_parts = set(config.study.standard_parts) - set(MIXIT_PARTS)
     if unknown_parts:
         raise ValueError(f"unknown standard_parts {min(unknown_parts)!r}; valid: a comma list of "
                          + ", ".join(MIXIT_PARTS))
     if config.seed < 0 or not 0.0 <= config.skip <= 1.0:
         raise ValueError(f"skip must lie in [0, 1] and seed be >= 0, got skip={config.skip}, "
                          f"seed={config.seed}")
-
-
-# ---------------------------------------------------------------------------------- study options
-
-class LearnedMixingAttention(MixingAttention):
-    """learned_mixing: MixiT's matrix A - I as a trained parameter from the same init, its causal
-    entries only: attention that learns but never reads its input."""
-
-    def __init__(self, config, layer, device=None):
-        super().__init__(config, layer, device)
-        self.mixing = nn.Parameter(self.mixing)
-
-    def mixing_rows(self, pos, t):
-        rows = super().mixing_rows(pos, t)
-        # no gradient from the future
-        return rows.tril(pos) if self.causal else rows
-
-
-@dataclass
-class MixingOptions:
-    """The study's departures from the paper's mixing matrix, none by default, and how many rows
-    are made at a time."""
-    # False: A_h itself, beta (N_h - rowmean N_h), with noise std 1/sqrt(T) in every head: for
-    # depth_alpha, whose unscaled skip carries the identity
-    identity: bool = True
-    # non-causal rows centred on their mean | reference: on their sum / (i + 1), as the authors'
-    # code does
-    centring: str = "mean"
-    # head 1 a known pattern instead of noise (FIXED_HEADS)
-    fixed_head: str = ""
-    # the noise std's lowest value (0: the paper's 1/sqrt(T head_dim))
-    sigma_min: float = 0.0
-    rows: int = 128
-
-
-def mixing_options(config):
-    """mixing_matrix's study options, as config sets them."""
-    return dict(identity=not config.depth_alpha, centring=config.centring,
-                fixed_head=config.fixed_head, sigma_min=config.sigma_min)
-
-
-def fixed_patterns(T, causal=True, device=None):
-    """FIXED_HEADS' patterns (T, T), rows summing to 1: the prefix mean (non-causal: the mean), the
-    previous token (row 0: itself)."""
-    ones = torch.ones(T, T, device=device)
-    # row i: positions 0..i, or all
-    mean = ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T
-    previous = torch.eye(T, device=device)[(torch.arange(T, device=device) - 1).clamp(min=0)]
-    return {"mean": mean, "previous": previous}
-
-
-def depth_scale(config):
-    """depth_alpha's residual branch scale, (base_depth / n_layer)^depth_alpha, as the reference's
-    language-model launchers run MixiT; 1 without it."""
-    return (config.base_depth / config.n_layer) ** config.depth_alpha
-
-
-def attended_pad(config):
-    """The padding token where a classifier's attention sees its pads (pads=attended): its
-    embedding is held at 0."""
-    attended = config.n_classes and config.pads == "attended"
-    return config.pad_id if attended and 0 <= config.pad_id < config.vocab_size else None
-
-
-def classifier_masks(config, idx):
-    """A classifier's real tokens (B, t), and the keys attention reads (None: every one); None for
-    both in a language model."""
-    if not config.n_classes:
-        return None, None
-    real = idx != config.pad_id
-    return real, real if config.pads == "masked" else None
-
-
-def pool(x, real, how):
-    """(B, t, C) -> (B, C): the mean of the real tokens, or the last real token (the reference's
-    classifier)."""
-    if how == "last":
-        last = (real * torch.arange(real.size(1), device=x.device)).amax(1)
-        return x[torch.arange(len(x), device=x.device), last]
-    keep = real.unsqueeze(-1).to(x.dtype)
-    return (x * keep).sum(1) / keep.sum(1).clamp(min=1)
-
-
-# ------------------------------------------------------------- fixed random numbers from integers
-
-def hash32(x):
-    """Mueller's 32-bit integer hash, for Python ints and int64 tensors alike (every product stays
-    below 2^63)."""
-    for _ in range(2):
-        x = (x >> 16 ^ x) * 0x45D9F3B & 0xFFFFFFFF
-    return x >> 16 ^ x
-
-
-def seed_key(*ints):
-    """One 32-bit key from a flat tuple of non-negative integers."""
-    key = 0
-    for i in ints:
-        key = hash32(key ^ hash32(i))
-    return key
-
-
-def gaussian_pairs(index, key):
-    """Two standard normals per index (..., 2) by Box-Muller on hashed uniforms: alike on any device
-    or torch."""
-    # in (0, 1)
-    u1 = (hash32(index ^ hash32(key)) + 0.5) * 2.0 ** -32
-    angle = hash32(index ^ hash32(key + 1)) * (2 * math.pi * 2.0 ** -32)
-    radius = torch.sqrt(-2 * torch.log(u1))
-    return torch.stack((radius * torch.cos(angle), radius * torch.sin(angle)), -1)
-
-
-def hashed_normals(i, cols, T, key):
-    """Standard normals at rows i (r, 1) and columns 0..cols-1 of a (T, T) matrix, each a function
-    of the key and its place alone: the same whatever rows are drawn with it."""
-    index = i * ((T + 1) // 2) + torch.arange((cols + 1) // 2, device=i.device)
-    return gaussian_pairs(index, key).flatten(1)[:, :cols]
 
 
 # ---------------------------------------------------------------------------------- the machinery
@@ -625,7 +635,7 @@ class KVCache:
 
     def __init__(self, n_layer, size):
         self.size = size
-        # positions already cached; 0 starts a new sequence
+        # pos counts the positions already cached; 0 starts a new sequence.
         self.pos = 0
         self.k = [None] * n_layer
         self.v = [None] * n_layer
@@ -677,8 +687,15 @@ def param_groups(params, weight_decay):
 
 
 class MixiT(Transformer):
-    """The paper's models with what the scripts use around them: parameter counts, the optimizer,
-    FLOP counts, generation and attention maps."""
+    """The paper's models with what the scripts use around them: the chunked loss, parameter
+    counts, the optimizer, FLOP counts, generation and attention maps."""
+    # The loss's logits are made this many at a time (0: all at once), to bound their memory.
+    loss_chunk = LOSS_CHUNK
+
+    def loss(self, x, targets):
+        """The paper's loss, its logits made loss_chunk at a time; 0 with no target scored."""
+        loss = cross_entropy_sum(self.head, x, targets, self.head.out_features, self.loss_chunk)
+        return loss / (targets >= 0).sum().clamp(min=1)
 
     def get_num_params(self, non_embedding=True, trainable=False):
         """Parameters (fixed mixing matrices are buffers, not parameters); non_embedding leaves out
@@ -700,14 +717,14 @@ class MixiT(Transformer):
         positions a query sees on average."""
         cfg = self.config
         T = seq_len or cfg.block_size
-        # one token's row of a (T, T) x (T, C) product
+        # One token's row of a (T, T) x (T, C) product costs this much.
         row_flops = 2 * cfg.n_embd * ((T + 1) / 2 if cfg.causal else T)
         fwd = bwd = 0.0
         for module in self.modules():
             if isinstance(module, nn.Linear) and not (module is self.head and cfg.n_classes):
                 weight_flops = 2 * module.weight.numel()
                 fwd += weight_flops
-                # the input's gradient, and the weight's where it trains
+                # Backward computes the input's gradient, and the weight's where it trains.
                 bwd += weight_flops * (2 if module.weight.requires_grad else 1)
         for block in self.blocks:
             if block.attn.kind in MIXING:
@@ -731,7 +748,8 @@ class MixiT(Transformer):
         T = self.config.block_size
         cache = KVCache(self.config.n_layer, T) if use_cache else None
         for _ in range(max_new_tokens):
-            # a full window is computed again from position 0; else the newest token only
+            # A full window is computed again from position 0 (the positions are absolute); else
+            # the newest token alone.
             if cache is not None and cache.pos == T:
                 cache.pos = 0
             newest = cache is not None and cache.pos > 0
@@ -760,11 +778,11 @@ class MixiT(Transformer):
             attn = block.attn
             if attn.kind in MIXING:
                 weights = (eye + attn.mixing_rows(0, t).float()).expand(B, -1, -1, -1)
-                # masked padding carries nothing
+                # Masked padding carries nothing, so its columns are 0.
                 weights = weights if pad_mask is None else weights * pad_mask[:, None, None]
             else:
                 q, k, _ = attn.qkv_heads(block.norm1(x), 0)
-                # the weights themselves: softmax attention given each key's own one-hot value
+                # Softmax attention with one-hot values returns its weights themselves.
                 one_hot = eye.to(q.dtype).expand(B, attn.n_head, t, t)
                 weights = attn.attend(q, k, one_hot, pad_mask, 0)
             maps.append(weights)

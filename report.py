@@ -34,7 +34,8 @@ DEFAULTS = {
 
 def describe_model(m):
     """What tells variants apart: shape, heads, each layer's attention, the parametrization,
-    frozen W_Q, W_K's init."""
+    frozen W_Q, W_K's init, the study's options."""
+    study = m.study
     parts = [f"{m.n_layer} layers x {m.n_embd}, {m.n_head} heads"]
     if m.attn not in ATTNS:
         parts.append("layers " + " ".join(m.layer_attn))
@@ -43,22 +44,22 @@ def describe_model(m):
     else:
         parts.append(f"MixiT parametrization (multipliers base {m.base_width:g}, skip "
                      f"{m.skip:.3g}, c- {m.cminus:g})")
-        if m.standard_parts:
-            parts.append(f"standard {m.standard_parts.replace(',', ', ')}")
+        if study.standard_parts:
+            parts.append(f"standard {', '.join(study.standard_parts)}")
     if "frozen_qk" in m.layer_attn:
         parts.append("frozen W_Q, W_K ~ "
-                     + ("N(0, 1/n)" if m.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
+                     + ("N(0, 1/n)" if study.qk_init == "paper" else f"N(0, {m.init_std:g}^2)"))
     mixing = any(a in MIXING for a in m.layer_attn)
-    if m.fixed_head and mixing:
-        parts.append("mixing head 1 " + FIXED_HEADS[m.fixed_head])
-    if m.sigma_min and mixing:
-        parts.append(f"noise std from {m.sigma_min:.3g}")
-    if m.depth_alpha:
-        parts.append(f"residual (base depth {m.base_depth:g} / layers)^{m.depth_alpha:g}")
+    if study.fixed_head and mixing:
+        parts.append("mixing head 1 " + FIXED_HEADS[study.fixed_head])
+    if study.sigma_min and mixing:
+        parts.append(f"noise std from {study.sigma_min:.3g}")
+    if study.depth_alpha:
+        parts.append(f"residual (base depth {study.base_depth:g} / layers)^{study.depth_alpha:g}")
     if m.n_classes:
-        pooling = f"{m.pool} pooling, pads {m.pads}"
+        pooling = f"{study.pool} pooling, pads {study.pads}"
         if mixing and not m.causal:
-            pooling += f", {m.centring} centring"
+            pooling += f", {study.centring} centring"
         parts.append(pooling)
     return ", ".join(parts)
 

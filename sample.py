@@ -26,7 +26,7 @@ from common import (ConfigError, Env, OneOf, check_writable, cli, configure, def
 from data import (CORPUS_TASKS, TASKS, Tokenizer, encode_examples, evaluate, in_eval,
                   induction_scores, make_task, named_patterns, pattern_residuals, read_meta,
                   recall_scores, repeated_tokens)
-from mixit import MixiT, MixiTConfig
+from mixit import MixiT, MixiTConfig, mixit_config
 from report import plot_attention_maps, plot_express, plot_induction, plot_propagation
 
 # -----------------------------------------------------------------------------
@@ -191,7 +191,7 @@ def show(config):
     latest = os.path.join(config["out_dir"], "ckpt.pt")
     path = best if config["checkpoint"] == "best" and os.path.isfile(best) else latest
     ckpt = load_checkpoint(path, dev)
-    model = load_weights(ckpt, path, lambda: MixiT(MixiTConfig(**ckpt["model_args"]), dev)).eval()
+    model = load_weights(ckpt, path, lambda: MixiT(mixit_config(ckpt["model_args"]), dev)).eval()
     torch.manual_seed(config["seed"])
     name = ckpt["config"]["task"]
     # a prepared folder: a corpus, or a name that is no algorithmic task's
@@ -329,8 +329,8 @@ def residuals_at_init(seed):
         idx = torch.randint(0, 64, (8, T), generator=torch.Generator().manual_seed(seed))
         for name, kind in VARIANTS.items():
             for heads in HEAD_COUNTS:
-                model = MixiT(MixiTConfig(vocab_size=64, block_size=T, n_layer=1, n_head=heads,
-                                          n_embd=512, **kind))
+                model = MixiT(mixit_config(dict(kind, vocab_size=64, block_size=T, n_layer=1,
+                                                n_head=heads, n_embd=512)))
                 rows.append({"T": T, "heads": heads, "variant": name,
                              **{p: r[0].item() for p, r in layer_residuals(model, idx).items()}})
     return rows

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import asdict
 
 import torch
 
@@ -26,7 +27,7 @@ from common import (ConfigError, Interrupted, OneOf, Stop, check_writable, cli, 
                     non_negative, positive, rule_that, setup, split_list, teardown, unit_interval)
 from data import chance_metrics, make_task
 from keeper import RunKeeper, RunState, step_shares, unfreeze_parameters, write_metrics
-from mixit import ATTNS, FREEZES, LETTERS, MixiT, MixiTConfig
+from mixit import ATTNS, FREEZES, LETTERS, MixiT, MixiTConfig, flat_args, mixit_config
 from report import describe_model, write_report
 
 # -----------------------------------------------------------------------------
@@ -126,7 +127,8 @@ RULES = {"init_from": OneOf(("scratch", "resume")), "dtype": OneOf(("auto", "flo
          **dict.fromkeys(("block_size", "warmup_iters", "lr_decay_iters", "min_lr", "weight_decay",
                           "grad_clip", "base_width", "depth_alpha", "sigma_min",
                           "checkpoint_interval"), non_negative)}
-ARCH_KEYS = list(MixiTConfig.__dataclass_fields__)
+# the model's fields, the study's among them, at their defaults
+ARCH_DEFAULTS = flat_args(asdict(MixiTConfig()))
 PAPER_ATTNS = ATTNS[:3]  # attn=all: the paper's three variants
 # the comma-list options' items
 LIST_RULES = {
@@ -149,12 +151,12 @@ def model_config(config, task):
                           f"({task.block_size} tokens)")
     # the reference's classifier never sets base_width
     base = config["base_width"] or (1.0 if task.n_classes else 512.0)
-    options = {k: config[k] for k in ARCH_KEYS
-               if k in config and k not in ("block_size", "base_width")}
-    # a MixiTConfig is validated as it is made
+    # block_size and base_width as worked out above
+    options = {k: config[k] for k in ARCH_DEFAULTS if k in config}
     try:
-        return MixiTConfig(vocab_size=task.vocab_size, block_size=block, causal=task.causal,
-                           n_classes=task.n_classes, pad_id=task.pad_id, base_width=base, **options)
+        return mixit_config(dict(options, vocab_size=task.vocab_size, block_size=block,
+                                 causal=task.causal, n_classes=task.n_classes, pad_id=task.pad_id,
+                                 base_width=base))
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
@@ -208,9 +210,10 @@ def load_state(path, mconf, model, optimizer, config, env):
     """Load the checkpoint at path (of this very model and task only) into model and optimizer;
     return its RunState."""
     ckpt = load_checkpoint(path, env.device)
-    saved_args = ckpt["model_args"]
-    diffs = [f"{k}={saved_args.get(k)!r} (this run: {getattr(mconf, k)!r})" for k in ARCH_KEYS
-             if saved_args.get(k, getattr(MixiTConfig, k)) != getattr(mconf, k)]
+    saved_args = flat_args(ckpt["model_args"])
+    diffs = [f"{k}={saved_args.get(k)!r} (this run: {v!r})"
+             for k, v in flat_args(asdict(mconf)).items()
+             if saved_args.get(k, ARCH_DEFAULTS[k]) != v]
     if ckpt["config"].get("task") != config["task"]:
         diffs.insert(0, f"task={ckpt['config'].get('task')!r} (this run: {config['task']!r})")
     if diffs:
@@ -376,7 +379,7 @@ def run_label(run):
 def starts_frozen(attn, freeze):
     """Does a variant hold parts that can unfreeze: frozen W_Q, W_K, MLPs or blocks, or learned
     mixing matrices?"""
-    # as the model reads it
+    # The model's own reading of attn: one kind a layer.
     kinds = MixiTConfig(attn=attn, n_layer=len(attn)).layer_attn
     return bool(freeze) or "frozen_qk" in kinds or "learned_mixing" in kinds
 
