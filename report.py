@@ -146,7 +146,7 @@ def t_tail(t, df):
     return float((y[1:] + y[:-1]).sum() / 2 * (v[1] - v[0]))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def t_quantile(p, df):
     """The t with P(T <= t) = p, for p >= 1/2: bisection on the tail."""
     lo, hi = 0.0, 1e3
@@ -206,7 +206,7 @@ def headroom(floor, ceiling=math.inf):
     return room, SHARE * room if ceiling == 1 else MARGIN
 
 
-def readings(a, b, floors, direction, lower_better, margin=MARGIN, names=NAMES):
+def readings(a, b, floors, direction, lower_better, margin, names):
     """The words a direction can give, in order: (word, its one-sided claims [(contrast, bound):
     above bound]). a, b: the first and other samples; lower_better: a loss; further: the other's
     change past the first's."""
@@ -247,7 +247,7 @@ def first_word(words, looks=1, power=0.0):
     return "not shown", min(1.0, *ps)
 
 
-def floor_status(score, floor, looks=1, lower_better=False, margin=MARGIN):
+def floor_status(score, floor, looks, lower_better, margin):
     """A sample's score against its floor's: at it (within ±margin), clears it, short of it, or
     near it (none of them shown)."""
     skill = over_floor(score, floor, lower_better)
@@ -337,8 +337,6 @@ def verdict(scores, floors, steps, direction, lower_better=False, looks=(1, 1), 
     split = any(plateaus(s, PLATEAU * headroom(f[0], ceiling)[1]) for s, f in zip(scores, floors))
     later = tuple(k + 1 for k in looks)
 
-    # each n's word once: the bisection's last pass is the word it names
-    @functools.cache
     def planned(n):  # the word that comes out with POWER at n seeds a model, at the next look
         resized = [(*f[:2], n) for f in floors]
         if not split:
