@@ -727,8 +727,7 @@ def plot_cost(finals, path):
     """Each run's headline score against training FLOPs and time per sample: a colour per variant, a
     marker per task."""
     colors = variant_colors(finals)
-    tasks = tasks_of(finals)
-    markers = {task: "os^DvP*Xh<>p"[k % 12] for k, task in enumerate(tasks)}
+    markers = {task: "os^DvP*Xh<>p"[k % 12] for k, task in enumerate(tasks_of(finals))}
     scores = list(dict.fromkeys(map(headline, finals)))
     fig, axes = plt.subplots(len(scores), 2, figsize=(12, 4.6 * len(scores)), squeeze=False,
                              layout="constrained")
@@ -900,14 +899,15 @@ def read_setting(claim, setting, loaded, runs_dir, looked):
     # floor: a trained one, its variant
     part, label, folder, task_name, metric, first, other, direction, *floor = setting
     find = functools.partial(find_runs, loaded, runs_dir, folder, task_name)
-    models = [variant_runs(find, v, metric) for v in (first, other, *floor)]
+    variants = (first, other, *floor)
+    models = [variant_runs(find, v, metric) for v in variants]
     # each sample's looks: of its folder's seed counts by look, those its seeds reach (a change:
     # its first folder's); each model's, its trained floor's counted in
     looks = [sum(c <= len(runs) for c in looked.get(v[0] if isinstance(v, tuple) else folder, [0]))
-             for v, runs in zip((first, other, *floor), models)]
+             for v, runs in zip(variants, models)]
     looks = (max([looks[0], *looks[2:]]), max(looks[1:]))
     trained = [r[metric] for r in models[2]] if floor else None
-    names = [variant_label(v) for v in (first, other, *floor)]
+    names = [variant_label(v) for v in variants]
     cells = rule_cells(*models[:2], metric, trained, (direction,), looks, names)
     comparison = f"{folder}: {task_name}, {metric}"
     if floor:
