@@ -206,6 +206,11 @@ def headroom(floor, ceiling=math.inf):
     return room, SHARE * room if ceiling == 1 else MARGIN
 
 
+def yes_or_no(c, bound=0):
+    """The two one-sided claims on contrast c: yes, above bound; no, below it."""
+    return [("yes", [(c, bound)]), ("no", [(neg(c), -bound)])]
+
+
 def readings(a, b, floors, direction, lower_better, margin, names):
     """The words a direction can give, in order: (word, its one-sided claims [(contrast, bound):
     above bound]). a, b: the first and other samples; lower_better: a loss; further: the other's
@@ -213,15 +218,15 @@ def readings(a, b, floors, direction, lower_better, margin, names):
     difference = contrast([(1, b), (-1, a)])
     if direction in ("higher", "lower", "further"):
         claimed = neg(difference) if direction == "lower" else difference
-        return [("yes", [(claimed, 0)]), ("no", [(neg(claimed), 0)]),
-                (f"no: equal within ±{margin:.2g}", within(difference, margin))]
+        equal = (f"no: equal within ±{margin:.2g}", within(difference, margin))
+        return yes_or_no(claimed) + [equal]
     if direction == "match":
         return [("yes", within(difference, margin)), ("no", [(difference, margin)]),
                 ("no", [(neg(difference), margin)])]
     # the other's gain over the first, the way the score improves
     gain = neg(difference) if lower_better else difference
     if direction == "holds":
-        return [("yes", [(gain, -margin)]), ("no", [(neg(gain), margin)])]
+        return yes_or_no(gain, -margin)
     if direction == "fails":
         skill = over_floor(b, floors[1], lower_better)
         return [(f"yes: at {names[3]}", within(skill, margin)), ("no", [(skill, 0)]),
@@ -229,7 +234,7 @@ def readings(a, b, floors, direction, lower_better, margin, names):
     # competitive: the other past the midpoint of the first and the floor
     sign = -1 if lower_better else 1
     kept = contrast([(sign, b), (-sign / 2, a), (-sign / 2, floors[1])])
-    return [("yes", [(kept, 0)]), ("no", [(neg(kept), 0)])]
+    return yes_or_no(kept)
 
 
 def first_word(words, looks=1, power=0.0):
