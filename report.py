@@ -231,10 +231,10 @@ def readings(a, b, floors, direction, lower_better, margin, names):
         skill = over_floor(b, floors[1], lower_better)
         return [(f"yes: at {names[3]}", within(skill, margin)), ("no", [(skill, 0)]),
                 (f"yes: {UNDER[lower_better]} {names[3]}", [(neg(skill), 0)])]
-    # competitive: the other past the midpoint of the first and the floor
-    sign = -1 if lower_better else 1
-    kept = contrast([(sign, b), (-sign / 2, a), (-sign / 2, floors[1])])
-    return yes_or_no(kept)
+    # competitive: the other past the midpoint of the first and the floor, the way the score
+    # improves
+    kept = contrast([(1, b), (-0.5, a), (-0.5, floors[1])])
+    return yes_or_no(neg(kept) if lower_better else kept)
 
 
 def first_word(words, looks=1, power=0.0):
@@ -466,12 +466,13 @@ def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, 
     each score beside its floor (a trained one named names[2]), the difference, steps, words."""
     lower_better = metric == "val_loss"
     ceiling = CEILINGS.get(metric, math.inf)
-    scores = [[r[metric] for r in runs] for runs in (first, other)]
+    models = (first, other)
+    scores = [[r[metric] for r in runs] for runs in models]
     level = LEVELS.get(metric, [None])[0]
-    levels = [[r.get(level, 0.0) for r in runs] for runs in (first, other)]
+    levels = [[r.get(level, 0.0) for r in runs] for runs in models]
     floors = [trained_floor or logged for logged in levels]
     samples = list(map(sample, scores + floors))
-    steps = [runs[0]["iter"] for runs in (first, other)]
+    steps = [runs[0]["iter"] for runs in models]
     own = not trained_floor and level == "induction_init"
     floor_name = names[2] if trained_floor else FLOOR_NAMES[metric]
     named = (*names[:2], *[f"its floor, {floor_name} {f[0]:.4g}" for f in samples[2:]])
