@@ -915,6 +915,8 @@ def read_setting(claim, setting, loaded, runs_dir, looked):
     trained = [r[metric] for r in models[2]] if floor else None
     names = [variant_label(v) for v in variants]
     cells = rule_cells(*models[:2], metric, trained, (direction,), looks, names)
+    word = cells.pop(direction)
+    p = cells.pop("p")
     comparison = f"{folder}: {task_name}, {metric}"
     if floor:
         comparison += f", floor {names[2]}"
@@ -922,9 +924,8 @@ def read_setting(claim, setting, loaded, runs_dir, looked):
     row = {"claim": claim, "part": f"{part}, {label}", "comparison": comparison,
            "first / other": " / ".join(names[:2]),
            "looks": f"{read}: at α {ALPHA / read:.3g}" if read > 1 else "1",
-           **{k: v for k, v in cells.items() if k not in (direction, "p")}, "the claim": direction,
-           "word": cells[direction]}
-    return row, cells["p"]
+           **cells, "the claim": direction, "word": word}
+    return row, p
 
 
 def claims_report(path, runs_dir):
