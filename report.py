@@ -466,13 +466,12 @@ def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, 
     each score beside its floor (a trained one named names[2]), the difference, steps, words."""
     lower_better = metric == "val_loss"
     ceiling = CEILINGS.get(metric, math.inf)
-    models = (first, other)
-    scores = [[r[metric] for r in runs] for runs in models]
+    scores = [[r[metric] for r in runs] for runs in (first, other)]
     level = LEVELS.get(metric, [None])[0]
-    levels = [[r.get(level, 0.0) for r in runs] for runs in models]
+    levels = [[r.get(level, 0.0) for r in runs] for runs in (first, other)]
     floors = [trained_floor or logged for logged in levels]
     samples = list(map(sample, scores + floors))
-    steps = [runs[0]["iter"] for runs in models]
+    steps = [runs[0]["iter"] for runs in (first, other)]
     own = not trained_floor and level == "induction_init"
     floor_name = names[2] if trained_floor else FLOOR_NAMES[metric]
     named = (*names[:2], *[f"its floor, {floor_name} {f[0]:.4g}" for f in samples[2:]])
