@@ -147,7 +147,7 @@ def t_tail(t, df):
     return float((y[1:] + y[:-1]).sum() / 2 * (v[1] - v[0]))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def t_quantile(p, df):
     """The t with P(T <= t) = p, for p >= 1/2: bisection on the tail."""
     lo, hi = 0.0, 1e3
@@ -207,30 +207,35 @@ def headroom(floor, ceiling=math.inf):
     return room, SHARE * room if ceiling == 1 else MARGIN
 
 
-def readings(a, b, floors, direction, lower_better, margin=MARGIN, names=NAMES):
+def yes_or_no(c, bound=0):
+    """The two one-sided claims on contrast c: yes, above bound; no, below it."""
+    return [("yes", [(c, bound)]), ("no", [(neg(c), -bound)])]
+
+
+def readings(a, b, floors, direction, lower_better, margin, names):
     """The words a direction can give, in order: (word, its one-sided claims [(contrast, bound):
     above bound]). a, b: the first and other samples; lower_better: a loss; further: the other's
     change past the first's."""
     difference = contrast([(1, b), (-1, a)])
     if direction in ("higher", "lower", "further"):
         claimed = neg(difference) if direction == "lower" else difference
-        return [("yes", [(claimed, 0)]), ("no", [(neg(claimed), 0)]),
-                (f"no: equal within ±{margin:.2g}", within(difference, margin))]
+        equal = (f"no: equal within ±{margin:.2g}", within(difference, margin))
+        return yes_or_no(claimed) + [equal]
     if direction == "match":
         return [("yes", within(difference, margin)), ("no", [(difference, margin)]),
                 ("no", [(neg(difference), margin)])]
     # the other's gain over the first, the way the score improves
     gain = neg(difference) if lower_better else difference
     if direction == "holds":
-        return [("yes", [(gain, -margin)]), ("no", [(neg(gain), margin)])]
+        return yes_or_no(gain, -margin)
     if direction == "fails":
         skill = over_floor(b, floors[1], lower_better)
         return [(f"yes: at {names[3]}", within(skill, margin)), ("no", [(skill, 0)]),
                 (f"yes: {UNDER[lower_better]} {names[3]}", [(neg(skill), 0)])]
-    # competitive: the other past the midpoint of the first and the floor
-    sign = -1 if lower_better else 1
-    kept = contrast([(sign, b), (-sign / 2, a), (-sign / 2, floors[1])])
-    return [("yes", [(kept, 0)]), ("no", [(neg(kept), 0)])]
+    # competitive: the other past the midpoint of the first and the floor, the way the score
+    # improves
+    kept = contrast([(1, b), (-0.5, a), (-0.5, floors[1])])
+    return yes_or_no(neg(kept) if lower_better else kept)
 
 
 def first_word(words, looks=1, power=0.0):
@@ -248,7 +253,7 @@ def first_word(words, looks=1, power=0.0):
     return "not shown", min(1.0, *ps)
 
 
-def floor_status(score, floor, looks=1, lower_better=False, margin=MARGIN):
+def floor_status(score, floor, looks, lower_better, margin):
     """A sample's score against its floor's: at it (within ±margin), clears it, short of it, or
     near it (none of them shown)."""
     skill = over_floor(score, floor, lower_better)
@@ -338,8 +343,6 @@ def verdict(scores, floors, steps, direction, lower_better=False, looks=(1, 1), 
     split = any(plateaus(s, PLATEAU * headroom(f[0], ceiling)[1]) for s, f in zip(scores, floors))
     later = tuple(k + 1 for k in looks)
 
-    # each n's word once: the bisection's last pass is the word it names
-    @functools.cache
     def planned(n):  # the word that comes out with POWER at n seeds a model, at the next look
         resized = [(*f[:2], n) for f in floors]
         if not split:
@@ -730,8 +733,7 @@ def plot_cost(finals, path):
     """Each run's headline score against training FLOPs and time per sample: a colour per variant, a
     marker per task."""
     colors = variant_colors(finals)
-    tasks = tasks_of(finals)
-    markers = {task: "os^DvP*Xh<>p"[k % 12] for k, task in enumerate(tasks)}
+    markers = {task: "os^DvP*Xh<>p"[k % 12] for k, task in enumerate(tasks_of(finals))}
     scores = list(dict.fromkeys(map(headline, finals)))
     fig, axes = plt.subplots(len(scores), 2, figsize=(12, 4.6 * len(scores)), squeeze=False,
                              layout="constrained")
@@ -903,15 +905,18 @@ def read_setting(claim, setting, loaded, runs_dir, looked):
     # floor: a trained one, its variant
     part, label, folder, task_name, metric, first, other, direction, *floor = setting
     find = functools.partial(find_runs, loaded, runs_dir, folder, task_name)
-    models = [variant_runs(find, v, metric) for v in (first, other, *floor)]
+    variants = (first, other, *floor)
+    models = [variant_runs(find, v, metric) for v in variants]
     # each sample's looks: of its folder's seed counts by look, those its seeds reach (a change:
     # its first folder's); each model's, its trained floor's counted in
     looks = [sum(c <= len(runs) for c in looked.get(v[0] if isinstance(v, tuple) else folder, [0]))
-             for v, runs in zip((first, other, *floor), models)]
+             for v, runs in zip(variants, models)]
     looks = (max([looks[0], *looks[2:]]), max(looks[1:]))
     trained = [r[metric] for r in models[2]] if floor else None
-    names = [variant_label(v) for v in (first, other, *floor)]
+    names = [variant_label(v) for v in variants]
     cells = rule_cells(*models[:2], metric, trained, (direction,), looks, names)
+    word = cells.pop(direction)
+    p = cells.pop("p")
     comparison = f"{folder}: {task_name}, {metric}"
     if floor:
         comparison += f", floor {names[2]}"
@@ -919,9 +924,8 @@ def read_setting(claim, setting, loaded, runs_dir, looked):
     row = {"claim": claim, "part": f"{part}, {label}", "comparison": comparison,
            "first / other": " / ".join(names[:2]),
            "looks": f"{read}: at α {ALPHA / read:.3g}" if read > 1 else "1",
-           **{k: v for k, v in cells.items() if k not in (direction, "p")}, "the claim": direction,
-           "word": cells[direction]}
-    return row, cells["p"]
+           **cells, "the claim": direction, "word": word}
+    return row, p
 
 
 def claims_report(path, runs_dir):
