@@ -161,61 +161,35 @@ def hashed_normals(i, cols, T, key):
     return gaussian_pairs(index, key).flatten(1)[:, :cols]
 
 
-def fixed_patterns(T, causal=True, device=None):
-    """The patterns the study's fixed head 1 may hold (T, T), rows summing to 1: the prefix mean
-    (non-causal: the mean), the previous token (row 0: itself)."""
-    ones = torch.ones(T, T, device=device)
-    # Row i spreads over positions 0..i where causal, else over all.
-    mean = ones.tril() / ones.tril().sum(-1, keepdim=True) if causal else ones / T
-    previous = torch.eye(T, device=device)[(torch.arange(T, device=device) - 1).clamp(min=0)]
-    return {"mean": mean, "previous": previous}
+def noise_std(seed, h, low, high):
+    """Head h's noise std sigma_h, uniform between low and high, from the seed."""
+    uniform = hash32(seed_key(*seed, h, 0)) * 2.0 ** -32
+    return low + uniform * (high - low)
 
 
-def mixing_matrix(T, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=None,
-                  study=StudyOptions(), rows=128):
-    """MixiT's fixed attention less its identity, A_h - I, as (n_head, T, T) float32. Head 0 is the
-    sink head. Every other head is A_h = I + beta (N_h - rowmean N_h), with noise
-    N_h[i, j] ~ N(0, sigma_h^2) where j <= i (causal), centred on its row's mean: the rows of A_h
-    sum to 1. sigma_h is drawn uniform between 1/sqrt(T head_dim) and 1/sqrt(T), head by head.
-    study: the study's departures, marked where they apply; rows: how many are made at a time."""
-    mixing_delta = torch.zeros(n_head, T, T, device=device)
-    # The study's depth_alpha drops the identity, A_h = beta (N_h - rowmean N_h): its unscaled
-    # skip carries the token itself.
-    identity = not study.depth_alpha
-    # Each head's noise std lies between these two; the study's sigma_min may raise the lower.
-    sigma_low = study.sigma_min or 1 / math.sqrt(T * head_dim)
-    sigma_high = 1 / math.sqrt(T)
-    for h in range(1, n_head):
-        # sigma_h is uniform from the seed; the study's A_h without its identity takes the higher.
-        uniform = hash32(seed_key(*seed, h, 0)) * 2.0 ** -32
-        sigma = sigma_low + uniform * (sigma_high - sigma_low) if identity else sigma_high
-        # The matrix is made rows first..last-1 at a time, on the device that uses it: the hashed
-        # noise's temporaries stay small. Causal rows reach the columns up to the last row only.
-        for first in range(0, T, rows):
-            last = min(first + rows, T)
-            cols = last if causal else T
-            i = torch.arange(first, last, device=device).view(-1, 1)
-            future = (torch.arange(cols, device=device) > i) & causal
-            noise = sigma * hashed_normals(i, cols, T, seed_key(*seed, h, 1))
-            noise = noise.masked_fill(future, 0.0)
-            # Each row is centred on its mean over the entries it has (j <= i where causal, else
-            # all T), so the rows of A_h sum to 1. The study's centring=reference divides by i + 1
-            # there too.
-            count = i + 1 if causal or study.centring == "reference" else T
-            centred = noise - noise.sum(-1, keepdim=True) / count
-            mixing_delta[h, first:last, :cols] = beta * centred.masked_fill(future, 0.0)
+def noise_head(T, sigma, key, causal=True, beta=1.0, device=None, rows=None, prefix_count=False):
+    """One noise head less its identity, A_h - I = beta (N_h - rowmean N_h), at rows `rows` (a
+    range; all T by default) over the columns they reach. The noise N_h = sigma * hashed normals
+    sits where j <= i (causal, else everywhere); each row is centred on its mean over the entries
+    it has, so the rows of A_h sum to 1. prefix_count: divide by i + 1 where not causal too."""
+    rows = rows or range(T)
+    # Causal rows reach the columns up to the last row only.
+    cols = rows.stop if causal else T
+    i = torch.arange(rows.start, rows.stop, device=device).view(-1, 1)
+    future = (torch.arange(cols, device=device) > i) & causal
+    noise = (sigma * hashed_normals(i, cols, T, key)).masked_fill(future, 0.0)
+    # Row i has i + 1 entries where causal, else all T.
+    count = i + 1 if causal or prefix_count else T
+    return beta * (noise - noise.sum(-1, keepdim=True) / count).masked_fill(future, 0.0)
+
+
+def sink_head(T, device=None):
+    """Head 0, the sink head the authors' code adds, less its identity: A_0 = I/2 + (token 0)/2,
+    every token keeps half of itself and takes half of token 0 (row 0 holds only its own half)."""
     eye = torch.eye(T, device=device)
-    if not identity:
-        mixing_delta[1:].diagonal(dim1=1, dim2=2).sub_(1.0)
-    # Head 0 is the sink head the authors' code adds, A_0 = I/2 + (token 0)/2: every token keeps
-    # half of itself and takes half of token 0 (row 0 holds only its own half).
-    sink_head = eye / 2
-    sink_head[1:, 0] = 0.5
-    mixing_delta[0] = sink_head - eye
-    if study.fixed_head:
-        # The study's head 1 holds a known pattern instead of noise, to test what one head can do.
-        mixing_delta[1] = fixed_patterns(T, causal, device)[study.fixed_head] - eye
-    return mixing_delta
+    sink = eye / 2
+    sink[1:, 0] = 0.5
+    return sink - eye
 
 
 # ------------------------------------------------------------------------- the three attentions
@@ -290,15 +264,13 @@ class SoftmaxAttention(Attention):
 
 
 class MixingAttention(Attention):
-    """MixiT's attention, A V: a fixed random matrix A per head (mixing_matrix) that never reads its
-    input. No W_Q, W_K or positions; a classifier's masked pads carry no value."""
+    """MixiT's attention, A V: a fixed random matrix A per head that never reads its input. No W_Q,
+    W_K or positions; a classifier's masked pads carry no value."""
 
     def __init__(self, config, layer, device=None, mixing_dtype=torch.float32):
         super().__init__(config, layer)
         C = config.n_embd
-        mixing_delta = mixing_matrix(config.block_size, self.n_head, self.head_dim, config.causal,
-                                     config.mix_beta, (config.seed, 1, layer), device,
-                                     config.study)
+        mixing_delta = self.fixed_matrix(config, (config.seed, 1, layer), device)
         # A - I is a function of the seed: rebuilt rather than saved, cast once to the compute
         # dtype.
         self.register_buffer("mixing", mixing_delta.to(mixing_dtype), persistent=False)
@@ -324,12 +296,25 @@ class MixingAttention(Attention):
         # The heads are laid side by side, then W_O mixes them.
         return self.o(y.transpose(1, 2).flatten(2))
 
+    def fixed_matrix(self, config, seed, device):
+        """A - I, (n_head, T, T) float32: head 0 the sink head, every other a noise head with
+        sigma_h between 1/sqrt(T head_dim) and 1/sqrt(T). The study's version replaces this below
+        (made a few rows at a time, with its departures)."""
+        T = config.block_size
+        heads = [sink_head(T, device)]
+        for h in range(1, self.n_head):
+            sigma = noise_std(seed, h, 1 / math.sqrt(T * self.head_dim), 1 / math.sqrt(T))
+            key = seed_key(*seed, h, 1)
+            heads.append(noise_head(T, sigma, key, config.causal, config.mix_beta, device))
+        return torch.stack(heads)
+
     def mixing_rows(self, pos, t):
         """Rows pos..pos+t-1 of A - I, (H, t, pos+t): the same for every input."""
         return self.mixing[:, pos:pos + t, :pos + t]
 
 
-# Block builds attention that never reads its input from here; the study adds learned_mixing.
+# Block builds attention that never reads its input from here; the study replaces mixing with its
+# version and adds learned_mixing.
 MIXING_ATTENTIONS = {"mixing": MixingAttention}
 
 
@@ -538,9 +523,9 @@ class Transformer(nn.Module):
 
 # ==================================================================================================
 # A reader of the paper can stop here: nothing above uses what follows, and the study's departures
-# above are marked as the study's. What follows is the study's learned mixing, the checks and the
-# flat fields of a config, and the machinery (the chunked loss, the KV cache, FLOP counts,
-# generation, attention maps).
+# above are marked as the study's. What follows is the study's mixing matrix (its departures, made a
+# few rows at a time) and learned mixing, the checks and the flat fields of a config, and the
+# machinery (the chunked loss, the KV cache, FLOP counts, generation, attention maps).
 # ==================================================================================================
 
 FREEZES = ("", "mlp", "blocks")
@@ -552,7 +537,61 @@ FIXED_HEADS = {"": "random", "mean": "the prefix mean", "previous": "the previou
 LOSS_CHUNK = 2 ** 27
 
 
-class LearnedMixingAttention(MixingAttention):
+def fixed_patterns(T, causal=True, device=None):
+    """The patterns the study's fixed head 1 may hold (T, T), rows summing to 1: the prefix mean
+    (non-causal: the mean), the previous token (row 0: itself)."""
+    ones = torch.ones(T, T, device=device)
+    # Row i spreads over positions 0..i where causal, else over all.
+    spread = ones.tril() if causal else ones
+    previous = torch.eye(T, device=device)[(torch.arange(T, device=device) - 1).clamp(min=0)]
+    return {"mean": spread / spread.sum(-1, keepdim=True), "previous": previous}
+
+
+def mixing_matrix(T, n_head, head_dim, causal=True, beta=1.0, seed=(0,), device=None,
+                  study=StudyOptions(), rows=128):
+    """MixiT's A - I as the model builds it (MixingAttention.fixed_matrix reads as the paper), with
+    the study's departures, made `rows` rows at a time on the device that uses it: the hashed
+    noise's temporaries stay small at long T."""
+    mixing_delta = torch.zeros(n_head, T, T, device=device)
+    mixing_delta[0] = sink_head(T, device)
+    sigma_high = 1 / math.sqrt(T)
+    # The study's sigma_min may raise the noise std's lower end.
+    sigma_low = study.sigma_min or 1 / math.sqrt(T * head_dim)
+    if study.depth_alpha:
+        # depth_alpha drops the identity, A_h = beta (N_h - rowmean N_h): its unscaled skip carries
+        # the token itself, and every head takes the top std.
+        sigma_low = sigma_high
+    # centring=reference divides each row's sum by i + 1 where not causal too.
+    prefix_count = study.centring == "reference"
+    for h in range(1, n_head):
+        sigma = noise_std(seed, h, sigma_low, sigma_high)
+        key = seed_key(*seed, h, 1)
+        for first in range(0, T, rows):
+            last = min(first + rows, T)
+            chunk = range(first, last)
+            noise = noise_head(T, sigma, key, causal, beta, device, chunk, prefix_count)
+            mixing_delta[h, first:last, :noise.size(1)] = noise
+    if study.depth_alpha:
+        mixing_delta[1:].diagonal(dim1=1, dim2=2).sub_(1.0)
+    if study.fixed_head:
+        # Head 1 holds a known pattern instead of noise, to test what one head can do.
+        pattern = fixed_patterns(T, causal, device)[study.fixed_head]
+        mixing_delta[1] = pattern - torch.eye(T, device=device)
+    return mixing_delta
+
+
+class StudyMixingAttention(MixingAttention):
+    """MixiT's attention as the model builds it: A - I from mixing_matrix."""
+
+    def fixed_matrix(self, config, seed, device):
+        return mixing_matrix(config.block_size, self.n_head, self.head_dim, config.causal,
+                             config.mix_beta, seed, device, config.study)
+
+
+MIXING_ATTENTIONS["mixing"] = StudyMixingAttention
+
+
+class LearnedMixingAttention(StudyMixingAttention):
     """learned_mixing: MixiT's matrix A - I as a trained parameter from the same init, its causal
     entries only: attention that learns but never reads its input."""
 

@@ -584,6 +584,16 @@ def test_mixing_matrix_properties():
     assert torch.allclose(full[1:].sum(-1), torch.ones(H - 1, T), atol=1e-6) and (full[1:].triu(1) != 0).any()
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_papers_reading_builds_the_models_matrix(causal):
+    """MixingAttention's own matrix, the paper's in a few lines (all rows at once), is bit for bit the one the model
+    builds a few rows at a time (T = 200 crosses the chunk of 128) with no study departure."""
+    config = mixit_config(dict(attn="mixing", block_size=200, n_head=4, n_embd=32, mix_beta=0.7, seed=3,
+                               causal=causal, n_classes=0 if causal else 2, pad_id=0))
+    model = mixit.MIXING_ATTENTIONS["mixing"](config, 1)
+    assert type(model) is not mixit.MixingAttention
+    assert torch.equal(mixit.MixingAttention(config, 1).mixing, model.mixing)
+
 def test_sigma_min_holds_the_noise_range_as_heads_change():
     """The noise std's lowest value rises with heads (1/sqrt(T d_h)); sigma_min fixes it: at 1/sqrt(T) every noise
     head takes the top std whatever its size, as head size 1 gives, and a model takes it from its config."""
