@@ -339,13 +339,14 @@ class Retrieval(StreamTask):
     Scored: the value after the query (content-based attention)."""
 
     probe = "recall"
+    # Half the vocabulary: values below it, keys and queries from it on.
+    half = 256
 
-    def __init__(self, n, vocab_size=512):
+    def __init__(self, n):
         self.n = n
-        self.half = vocab_size // 2
         if 2 * n > self.half:
             raise ValueError(f"retrieval_N needs 2N <= {self.half}, got N={n}")
-        super().__init__(f"retrieval_{n}", vocab_size, 2 * n + 3)
+        super().__init__(f"retrieval_{n}", 2 * self.half, 2 * n + 3)
 
     def sample(self, rng, count):
         N = self.n
