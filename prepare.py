@@ -90,7 +90,6 @@ def download(url, path, md5=None, sha256=None):
         with urllib.request.urlopen(request, timeout=30) as response, open(tmp, "wb") as f:
             total = int(response.headers.get("Content-Length") or 0)
             of_total = f" of {total / 1e6:.1f}" if total else ""
-            done = 0
             try:
                 while True:
                     chunk = response.read(1 << 20)
@@ -98,8 +97,7 @@ def download(url, path, md5=None, sha256=None):
                         break
                     f.write(chunk)
                     digest.update(chunk)
-                    done += len(chunk)
-                    print(f"\rdownloading {url}: {done / 1e6:.1f} MB{of_total}", end="",
+                    print(f"\rdownloading {url}: {f.tell() / 1e6:.1f} MB{of_total}", end="",
                           file=sys.stderr, flush=True)
             finally:
                 print(file=sys.stderr)  # ends the progress line
@@ -155,12 +153,14 @@ def find_files(src, wanted):
     return files
 
 
-def missing_dirs(path):
-    """The folders that os.makedirs(path) would create, deepest first."""
+def make_dirs(path):
+    """os.makedirs(path), and the folders it created, deepest first."""
     made = []
-    while path and not os.path.isdir(path):
-        made.append(path)
-        path = os.path.dirname(path)
+    parent = path
+    while parent and not os.path.isdir(parent):
+        made.append(parent)
+        parent = os.path.dirname(parent)
+    os.makedirs(path, exist_ok=True)
     return made
 
 
@@ -187,8 +187,7 @@ def fetch(dataset, spec, src, folder):
     files = find_files(raw, wanted)
     if files is not None:
         return files, raw
-    made = missing_dirs(raw)
-    os.makedirs(raw, exist_ok=True)
+    made = make_dirs(raw)
     try:
         download(spec["url"], os.path.join(raw, archive), md5=spec.get("md5"),
                  sha256=spec.get("sha256"))
@@ -274,8 +273,7 @@ def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", m
     folder = os.path.join(out_dir, name or dataset)
     tok = Tokenizer(tokenizer, bpe_dir)
     files, origin = read_documents(src) if dataset == "text" else fetch(dataset, spec, src, folder)
-    made = missing_dirs(folder)
-    os.makedirs(folder, exist_ok=True)
+    made = make_dirs(folder)
     meta_path = os.path.join(folder, "meta.json")
     # a folder being rewritten is not prepared
     if os.path.exists(meta_path):
