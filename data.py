@@ -501,7 +501,8 @@ class TableTask(Task):
         return self.splits[split]
 
     def train_rows(self, rng, n):
-        return self.splits["train"][rng.integers(0, len(self.splits["train"]), n)]
+        rows = self.splits["train"]
+        return rows[rng.integers(0, len(rows), n)]
 
     def scored(self, seqs):
         scored = np.zeros((len(seqs), seqs.shape[1] - 1), bool)
