@@ -78,11 +78,9 @@ class Task(ABC):
         """(n, L-1) bool: is the prediction made at position t (of token t+1) scored?"""
 
     def xy(self, seqs):
-        seqs = torch.from_numpy(np.ascontiguousarray(seqs, dtype=np.int64))
-        x = seqs[:, :-1]
-        y = seqs[:, 1:].clone()
-        y[~torch.from_numpy(self.scored(seqs.numpy()))] = -1
-        return x.contiguous(), y
+        seqs = np.asarray(seqs, dtype=np.int64)
+        y = np.where(self.scored(seqs), seqs[:, 1:], -1)
+        return torch.from_numpy(np.ascontiguousarray(seqs[:, :-1])), torch.from_numpy(y)
 
     @abstractmethod
     def train_rows(self, rng, n):
@@ -300,15 +298,13 @@ class Dyck(StreamTask):
         swaps = np.where(mutate & 1, rng.geometric(0.5, count), 0)
         for k in range(swaps.max(initial=0)):
             swapping = rows[swaps > k]
-            left, right = (rng.random((2, len(swapping))) * length[swapping]).astype(np.int64)
+            pair = (rng.random((2, len(swapping))) * length[swapping]).astype(np.int64)
             # Only a pair drawn in order, left before right, is swapped.
-            ordered = left < right
+            ordered = pair[0] < pair[1]
             swapping = swapping[ordered]
-            left = left[ordered]
-            right = right[ordered]
-            left_bracket = brackets[swapping, left]
-            brackets[swapping, left] = brackets[swapping, right]
-            brackets[swapping, right] = left_bracket
+            pair = pair[:, ordered]
+            # The two brackets of each pair trade places.
+            brackets[swapping, pair] = brackets[swapping, pair[::-1]]
         # A flip turns one bracket around. Two thirds of the rows that flip make twice as many
         # flips.
         flips = np.where(mutate & 2, rng.geometric(0.5, count), 0)
@@ -339,13 +335,14 @@ class Retrieval(StreamTask):
     Scored: the value after the query (content-based attention)."""
 
     probe = "recall"
+    # Half the vocabulary: values below it, keys and queries from it on.
+    half = 256
 
-    def __init__(self, n, vocab_size=512):
+    def __init__(self, n):
         self.n = n
-        self.half = vocab_size // 2
         if 2 * n > self.half:
             raise ValueError(f"retrieval_N needs 2N <= {self.half}, got N={n}")
-        super().__init__(f"retrieval_{n}", vocab_size, 2 * n + 3)
+        super().__init__(f"retrieval_{n}", 2 * self.half, 2 * n + 3)
 
     def sample(self, rng, count):
         N = self.n
@@ -504,7 +501,8 @@ class TableTask(Task):
         return self.splits[split]
 
     def train_rows(self, rng, n):
-        return self.splits["train"][rng.integers(0, len(self.splits["train"]), n)]
+        rows = self.splits["train"]
+        return rows[rng.integers(0, len(rows), n)]
 
     def scored(self, seqs):
         scored = np.zeros((len(seqs), seqs.shape[1] - 1), bool)
@@ -929,7 +927,8 @@ def named_patterns(T, device=None):
     positions it reads: the prefix mean (a running count, as Dyck's balance), the previous token,
     the first token and the identity. The first two are MixiT's fixed heads' patterns."""
     fixed = fixed_patterns(T, True, device)
-    first = torch.zeros(T, T, device=device).index_fill_(1, torch.tensor([0], device=device), 1.0)
+    first = torch.zeros(T, T, device=device)
+    first[:, 0] = 1.0
     return {"prefix mean": fixed["mean"], "previous token": fixed["previous"], "first token": first,
             "identity": torch.eye(T, device=device)}
 

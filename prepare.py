@@ -36,19 +36,21 @@ from data import TASKS, TOKENIZERS, Tokenizer, encode_examples
 
 
 def _wikitext(url, md5, ext):
-    names = {split: (f"wiki.{split}.{ext}", f"{split}.txt") for split in ("train", "valid", "test")}
-    return dict(kind="lm", url=url, md5=md5, files=names,
-                splits={"train": "train", "valid": "val", "test": "test"})
+    # WikiText's valid split is our val.
+    names = {"train": "train", "val": "valid", "test": "test"}
+    files = {split: (f"wiki.{name}.{ext}", f"{name}.txt") for split, name in names.items()}
+    return dict(kind="lm", url=url, md5=md5, files=files)
 
 
-# Public sources, with their published checksums.
+# Public sources, with their published checksums, and their files by split: each split's file
+# names, the first preferred.
 SOURCES = {
     "wikitext103": _wikitext("https://wikitext.smerity.com/wikitext-103-raw-v1.zip",
                              "0ca3512bd7a238be4a63ce7b434f8935", "raw"),
     "wikitext2": _wikitext("https://wikitext.smerity.com/wikitext-2-v1.zip",
                            "542ccefacc6c27f945fb54453812b3cd", "tokens"),
     "tinyshakespeare": dict(
-        kind="lm", files={"input": ("input.txt",)}, splits={"input": "stream"},
+        kind="lm", files={"stream": ("input.txt",)},
         url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/"
             "input.txt",
         sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
@@ -56,16 +58,15 @@ SOURCES = {
     # 'val'); the star-rated offline copy (yelp_reviews_stars) dev.csv and test.csv (5k each),
     # which train and evaluate (the rule in meta.json).
     "yelp_polarity": dict(
-        kind="classification", files={"train": ("train.csv", "dev.csv"), "test": ("test.csv",)},
-        splits={"train": "train", "test": "val"}, md5="620c8ae4bd5a150b730f1ba9a7c6a4d3",
+        kind="classification", files={"train": ("train.csv", "dev.csv"), "val": ("test.csv",)},
+        md5="620c8ae4bd5a150b730f1ba9a7c6a4d3",
         url="https://drive.usercontent.google.com/download?id=0Bz8a_Dbh9QhbNUpYQ2N3SGlFaDg"
             "&export=download&confirm=t", archive="yelp_review_polarity_csv.tar.gz"),
     "sst2": dict(
-        kind="classification", files={"train": ("train.tsv",), "dev": ("dev.tsv",)},
-        splits={"train": "train", "dev": "val"},
+        kind="classification", files={"train": ("train.tsv",), "val": ("dev.tsv",)},
         url="https://dl.fbaipublicfiles.com/glue/data/SST-2.zip",
         md5="9f81648d4199384278b86e315dac217c"),
-    "text": dict(kind="lm", files=None, splits={"input": "stream"}),
+    "text": dict(kind="lm", files=None),
 }
 FORMATS = {"sst2": "UTF-8 tab-separated rows under a header naming label and sentence (or content)",
            "yelp_polarity": 'UTF-8 CSV rows "label","text" with label 1 or 2, '
@@ -89,7 +90,6 @@ def download(url, path, md5=None, sha256=None):
         with urllib.request.urlopen(request, timeout=30) as response, open(tmp, "wb") as f:
             total = int(response.headers.get("Content-Length") or 0)
             of_total = f" of {total / 1e6:.1f}" if total else ""
-            done = 0
             try:
                 while True:
                     chunk = response.read(1 << 20)
@@ -97,8 +97,7 @@ def download(url, path, md5=None, sha256=None):
                         break
                     f.write(chunk)
                     digest.update(chunk)
-                    done += len(chunk)
-                    print(f"\rdownloading {url}: {done / 1e6:.1f} MB{of_total}", end="",
+                    print(f"\rdownloading {url}: {f.tell() / 1e6:.1f} MB{of_total}", end="",
                           file=sys.stderr, flush=True)
             finally:
                 print(file=sys.stderr)  # ends the progress line
@@ -134,8 +133,8 @@ def files_in(src):
 
 
 def find_files(src, wanted):
-    """{role: (name, bytes)} of wanted ({role: basenames, first preferred}) in src: a folder or an
-    archive."""
+    """{split: (name, bytes)} of wanted ({split: basenames, first preferred}) in src: a folder or an
+    archive; None where a split has none of its files there."""
     found = {}
     for path in files_in(src):
         found.setdefault(os.path.basename(path), path)
@@ -143,54 +142,57 @@ def find_files(src, wanted):
             for name, blob in archive_members(path).items():
                 found.setdefault(name, blob)
     files = {}
-    for role, names in wanted.items():
+    for split, names in wanted.items():
         name = next((n for n in names if n in found), None)
         if name is None:
-            continue
+            return None
         blob = found[name]
         if not isinstance(blob, bytes):
             blob = open(blob, "rb").read()
-        files[role] = name, blob
+        files[split] = name, blob
     return files
 
 
-def missing_dirs(path):
-    """The folders that os.makedirs(path) would create, deepest first."""
+def make_dirs(path):
+    """os.makedirs(path), and the folders it created, deepest first."""
     made = []
-    while path and not os.path.isdir(path):
-        made.append(path)
-        path = os.path.dirname(path)
+    parent = path
+    while parent and not os.path.isdir(parent):
+        made.append(parent)
+        parent = os.path.dirname(parent)
+    os.makedirs(path, exist_ok=True)
     return made
 
 
 def fetch(dataset, spec, src, folder):
-    """The source files of a dataset as {role: (name, bytes)}, and where they came from: --src,
+    """The source files of a dataset as {split: (name, bytes)}, and where they came from: --src,
     else folder/raw, else a download into folder/raw (on failure nothing is left, not even the
     folders)."""
     raw = os.path.join(folder, "raw")
+    wanted = spec["files"]
     archive = spec.get("archive") or os.path.basename(spec["url"])
-    needs = ", ".join(" or ".join(names) for names in spec["files"].values())
+    needs = ", ".join(" or ".join(names) for names in wanted.values())
     if archive not in needs:
         needs += f" (or {archive})"
     if src:
-        if os.path.isfile(src) and len(spec["files"]) == 1 and not src.endswith(ARCHIVES):
+        if os.path.isfile(src) and len(wanted) == 1 and not src.endswith(ARCHIVES):
             # one file, taken for the dataset's one file whatever its name
             blob = open(src, "rb").read()
-            return {role: (os.path.basename(src), blob) for role in spec["files"]}, src
-        files = find_files(src, spec["files"])
-        if len(files) < len(spec["files"]):
+            return {split: (os.path.basename(src), blob) for split in wanted}, src
+        files = find_files(src, wanted)
+        if files is None:
             raise ValueError(f"--src={src} lacks some of the files {dataset} needs: {needs}")
         return files, src
-    files = find_files(raw, spec["files"]) if os.path.isdir(raw) else {}
-    if len(files) == len(spec["files"]):
+    # A missing raw folder holds none.
+    files = find_files(raw, wanted)
+    if files is not None:
         return files, raw
-    made = missing_dirs(raw)
-    os.makedirs(raw, exist_ok=True)
+    made = make_dirs(raw)
     try:
         download(spec["url"], os.path.join(raw, archive), md5=spec.get("md5"),
                  sha256=spec.get("sha256"))
-        files = find_files(raw, spec["files"])
-        if len(files) < len(spec["files"]):
+        files = find_files(raw, wanted)
+        if files is None:
             raise ValueError(f"{archive} lacks some of the files {dataset} needs")
     except ValueError as e:
         for path in made:
@@ -271,26 +273,21 @@ def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", m
     folder = os.path.join(out_dir, name or dataset)
     tok = Tokenizer(tokenizer, bpe_dir)
     files, origin = read_documents(src) if dataset == "text" else fetch(dataset, spec, src, folder)
-    made = missing_dirs(folder)
-    os.makedirs(folder, exist_ok=True)
+    made = make_dirs(folder)
     meta_path = os.path.join(folder, "meta.json")
     # a folder being rewritten is not prepared
     if os.path.exists(meta_path):
         os.remove(meta_path)
     # by split: train, val, test, or stream (text: by file)
-    sources = {spec["splits"].get(role, role): {"file": file,
-                                                "sha256": hashlib.sha256(blob).hexdigest()}
-               for role, (file, blob) in files.items()}
+    sources = {split: {"file": file, "sha256": hashlib.sha256(blob).hexdigest()}
+               for split, (file, blob) in files.items()}
     meta = {"dataset": dataset, "kind": spec["kind"], "tokenizer": tok.name,
             "vocab_size": tok.n_vocab, "eot": tok.eot, "source": origin, "source_files": sources}
     try:
         if spec["kind"] == "lm":
-            meta.update(write_lm(tok, spec, files, folder))
+            meta.update(write_lm(tok, dataset, files, folder))
         else:
-            meta.update(max_len=max_len, n_classes=2, pad_id=tok.eot,
-                        labels=["negative", "positive"])
-            meta["examples"], meta["label_rule"] = write_classification(tok, dataset, spec, files,
-                                                                        folder, max_len)
+            meta.update(write_classification(tok, dataset, files, folder, max_len))
     except ValueError:
         # unreadable source files: a folder made here goes again
         if made:
@@ -315,19 +312,18 @@ def check_request(dataset, src, name):
         raise ValueError(f"--src={src} does not exist")
 
 
-def write_lm(tok, spec, files, folder):
+def write_lm(tok, dataset, files, folder):
     """{split}.bin token streams, one cut 90% train / 10% val or WikiText's splits (an end-of-text
     token after each article), and WikiText's lines each tokenized alone ({split}_lines.bin, .npy
     where each starts); meta's counts."""
-    if spec["splits"] == {"input": "stream"}:
+    if dataset in ("tinyshakespeare", "text"):
         texts = [blob.decode("utf-8", errors="replace") for _, blob in files.values()]
         stream = encode_rows(tok, texts, [tok.eot])[0]
         cut = int(0.9 * len(stream))
         splits = {"train": stream[:cut], "val": stream[cut:]}
         lines = {}
     else:
-        texts = {spec["splits"][role]: wikitext_text(file, blob)
-                 for role, (file, blob) in files.items()}
+        texts = {split: wikitext_text(file, blob) for split, (file, blob) in files.items()}
         splits = {split: encode_rows(tok, wikitext_articles(text), [tok.eot])[0]
                   for split, text in texts.items()}
         # the paper's rows: a blank line is an empty row
@@ -339,21 +335,20 @@ def write_lm(tok, spec, files, folder):
     for split, (tokens, starts) in lines.items():
         write_atomic(os.path.join(folder, f"{split}_lines.bin"), tokens.tofile)
         write_npy(os.path.join(folder, f"{split}_lines.npy"), starts)
-    counts = {"tokens": {split: int(len(tokens)) for split, tokens in splits.items()}}
+    counts = {"tokens": {split: len(tokens) for split, tokens in splits.items()}}
     if lines:
         counts["lines"] = {split: len(starts) - 1 for split, (_, starts) in lines.items()}
-        counts["line_tokens"] = {split: int(len(tokens)) for split, (tokens, _) in lines.items()}
+        counts["line_tokens"] = {split: len(tokens) for split, (tokens, _) in lines.items()}
     return counts
 
 
-def write_classification(tok, dataset, spec, files, folder, max_len):
-    """{split}_x.npy (n, max_len) token ids and {split}_y.npy labels; returns {split: examples},
-    the label rule."""
+def write_classification(tok, dataset, files, folder, max_len):
+    """{split}_x.npy (n, max_len) token ids and {split}_y.npy labels; meta's classes, counts and
+    label rule."""
     reader = read_sst2 if dataset == "sst2" else read_yelp
     examples = {}
     rules = set()
-    for role, (file, blob) in files.items():
-        split = spec["splits"][role]
+    for split, (file, blob) in files.items():
         try:
             texts, labels, rule = reader(blob)
         except (ValueError, IndexError, StopIteration, csv.Error) as e:
@@ -367,7 +362,9 @@ def write_classification(tok, dataset, spec, files, folder, max_len):
         write_npy(os.path.join(folder, f"{split}_y.npy"), np.asarray(labels, dtype=np.uint8)[keep])
         examples[split] = int(keep.sum())
         rules.add(rule)
-    return examples, "; ".join(sorted(rules))
+    return {"max_len": max_len, "n_classes": 2, "pad_id": tok.eot,
+            "labels": ["negative", "positive"], "examples": examples,
+            "label_rule": "; ".join(sorted(rules))}
 
 
 def main(argv):

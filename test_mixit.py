@@ -1489,7 +1489,9 @@ def test_fetch_downloads_and_opens_the_archive(tmp_path):
     url = archive.as_uri()
     spec = dict(prepare.SOURCES["wikitext2"], url=url, md5=hashlib.md5(archive.read_bytes()).hexdigest())
     files, origin = prepare.fetch("wikitext2", spec, None, folder)
-    assert origin == url and {r: blob.decode() for r, (_, blob) in files.items()} == texts
+    # fetch gives the files by split: WikiText's valid is val
+    by_split = {"train": texts["train"], "val": texts["valid"], "test": texts["test"]}
+    assert origin == url and {r: blob.decode() for r, (_, blob) in files.items()} == by_split
     assert os.listdir(tmp_path / "data" / "wikitext2" / "raw") == ["wikitext-2-v1.zip"]
     files, origin = prepare.fetch("wikitext2", dict(spec, url="file:///nowhere"), None, folder)
     assert origin.endswith("raw") and len(files) == 3  # the copy in raw/ is used, nothing downloaded
