@@ -310,15 +310,15 @@ def layer_residuals(model, idx):
     return {name: r.mean(1) for name, r in pattern_residuals(maps, patterns).items()}
 
 
-def print_residuals(rows, keys):
-    """The probe's table: a row per model or layer, the residual of each pattern (0: formed
-    exactly, 1: nothing)."""
-    patterns = [k for k in rows[0] if k not in keys]
+def print_residuals(rows):
+    """The probe's table: a row per model or layer, its names first, then the residual of each
+    pattern (0: formed exactly, 1: nothing)."""
     print("relative least-squares residual of each pattern in the span of the heads "
           "(0: exactly; 1: nothing of it)")
-    print("".join(f"{k:>18}" for k in keys + patterns))
+    print("".join(f"{k:>18}" for k in rows[0]))
     for row in rows:
-        print("".join(f"{row[k]:>18}" if k in keys else f"{row[k]:18.3f}" for k in keys + patterns))
+        # the residuals are the floats, to 3 decimals
+        print("".join(f"{v:18.3f}" if isinstance(v, float) else f"{v:>18}" for v in row.values()))
 
 
 def residuals_at_init(seed):
@@ -340,7 +340,7 @@ def express_at_init(config):
     """The probe at init, printed and plotted (out_dir/express.png)."""
     check_writable(config["out_dir"])
     rows = residuals_at_init(config["seed"])
-    print_residuals(rows, ["T", "heads", "variant"])
+    print_residuals(rows)
     plot_express(rows, os.path.join(config["out_dir"], "express.png"))
 
 
@@ -348,13 +348,14 @@ def show_express(model, task, config, dev):
     """The probe on each layer of a checkpoint and at init, on the task's first evaluation rows (a
     corpus: repeats)."""
     idx = first_rows(model, task, config, 8).to(dev)
+    trained = layer_residuals(model, idx)
+    at_init = layer_residuals(MixiT(model.config, dev), idx)
     rows = []
-    for when, probed in (("trained", model), ("at init", MixiT(model.config, dev))):
-        residuals = layer_residuals(probed, idx)
-        rows += [{"layer": layer, "model": when,
-                  **{p: r[layer].item() for p, r in residuals.items()}}
-                 for layer in range(model.config.n_layer)]
-    print_residuals(sorted(rows, key=lambda row: row["layer"]), ["layer", "model"])
+    for layer in range(model.config.n_layer):
+        for when, residuals in (("trained", trained), ("at init", at_init)):
+            rows.append({"layer": layer, "model": when,
+                         **{p: r[layer].item() for p, r in residuals.items()}})
+    print_residuals(rows)
 
 
 def main(argv):
