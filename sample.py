@@ -224,9 +224,9 @@ def token_stats(x):
     """The mean covariance (x_i . x_j / C) and cosine similarity of distinct tokens' residual
     streams x (B, t, C)."""
     distinct = ~torch.eye(x.size(1), dtype=torch.bool)
-    cov = (x @ x.transpose(1, 2) / x.size(-1))[:, distinct]
+    cov = (x @ x.mT / x.size(-1))[:, distinct]
     unit = F.normalize(x, dim=-1)
-    return cov.mean().item(), (unit @ unit.transpose(1, 2))[:, distinct].mean().item()
+    return cov.mean().item(), (unit @ unit.mT)[:, distinct].mean().item()
 
 
 def unshape(block, generator):
@@ -251,19 +251,18 @@ NETWORKS = {
 def propagation_curves(depth, width, seed):
     """{network: (depth+1, 2)} covariance and similarity after the embedding and after every layer,
     at init."""
-    idx = torch.randint(0, 64, (16, 64), generator=torch.Generator().manual_seed(seed))
+    idx = torch.randint(64, (16, 64), generator=torch.Generator().manual_seed(seed))
     curves = {}
     for name, (attn, edit) in NETWORKS.items():
         model = MixiT(MixiTConfig(vocab_size=64, block_size=64, n_layer=depth, n_embd=width,
                                   attn=attn, seed=seed))
-        if edit:
-            # one random stream through all the blocks
-            generator = torch.Generator().manual_seed(seed)
-            for block in model.blocks:
-                edit(block, generator)
+        # one random stream for the edits of all the blocks
+        generator = torch.Generator().manual_seed(seed)
         x = model.embed(idx)
         stats = [token_stats(x)]
         for block in model.blocks:
+            if edit:
+                edit(block, generator)
             x = block(x)
             stats.append(token_stats(x))
         curves[name] = np.array(stats)
@@ -278,9 +277,11 @@ def show_propagation(config):
     depth = config["propagation"]
     width = config["propagation_width"]
     runs = [propagation_curves(depth, width, seed) for seed in range(3)]
-    # per network, (seeds, depth+1, 2)
-    values = {name: np.stack([run[name] for run in runs]) for name in NETWORKS}
-    stats = {name: (v.mean(0), v.std(0, ddof=1)) for name, v in values.items()}
+    stats = {}
+    for name in NETWORKS:
+        # (seeds, depth+1, 2)
+        values = np.stack([run[name] for run in runs])
+        stats[name] = (values.mean(0), values.std(0, ddof=1))
     layers = [layer for layer in (1, 2, 4, 8, 16, 32, 64) if layer <= depth]
     print("layer " + "".join(f"{layer:>16}" for layer in layers)
           + "   (token covariance; similarity)")
@@ -326,7 +327,7 @@ def residuals_at_init(seed):
     sequences."""
     rows = []
     for T in LENGTHS:
-        idx = torch.randint(0, 64, (8, T), generator=torch.Generator().manual_seed(seed))
+        idx = torch.randint(64, (8, T), generator=torch.Generator().manual_seed(seed))
         for name, kind in VARIANTS.items():
             for heads in HEAD_COUNTS:
                 model = MixiT(mixit_config(dict(kind, vocab_size=64, block_size=T, n_layer=1,
