@@ -54,7 +54,7 @@ profile_steps = 3  # optimizer steps under torch.profiler, per variant, at the f
 contexts = "auto"
 # -----------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
-PARTS = tuple(parts.split(","))
+PARTS = OneOf(parts.split(","))
 RULES = {"size": OneOf(("auto", "paper", "tiny")), "dtype": train.RULES["dtype"],
          "compile": train.RULES["compile"], "profile_steps": positive,
          **dict.fromkeys(("steps", "repeats", "warmup"), non_negative)}
@@ -321,7 +321,7 @@ def time_variants(env, config, wanted, results, out, part, shapes):
 
 def main(argv):
     config = configure(DEFAULTS, argv, RULES, files=False)
-    wanted = split_list(config["parts"], "part", OneOf(PARTS))
+    wanted = split_list(config["parts"], "part", PARTS)
     attns = list(train.PAPER_ATTNS)
     if config["attn"] != "all":
         attns = split_list(config["attn"], "attn", OneOf(ATTNS))
@@ -359,7 +359,6 @@ def main(argv):
             time_variants(env, config, wanted, results, out, "sweep", shapes)
         if "memory" in wanted:
             results["memory"] = head_memory(env, config)
-            write(results, env, out)
         results["total_s"] = time.perf_counter() - t_start
         text = write(results, env, out)
         print(f"\n{text}\nwrote {out}/bench.md and bench.json in {results['total_s']:.0f} s")

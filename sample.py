@@ -224,9 +224,9 @@ def token_stats(x):
     """The mean covariance (x_i . x_j / C) and cosine similarity of distinct tokens' residual
     streams x (B, t, C)."""
     distinct = ~torch.eye(x.size(1), dtype=torch.bool)
-    cov = (x @ x.transpose(1, 2) / x.size(-1))[:, distinct]
+    cov = (x @ x.mT / x.size(-1))[:, distinct]
     unit = F.normalize(x, dim=-1)
-    return cov.mean().item(), (unit @ unit.transpose(1, 2))[:, distinct].mean().item()
+    return cov.mean().item(), (unit @ unit.mT)[:, distinct].mean().item()
 
 
 def unshape(block, generator):
@@ -251,19 +251,18 @@ NETWORKS = {
 def propagation_curves(depth, width, seed):
     """{network: (depth+1, 2)} covariance and similarity after the embedding and after every layer,
     at init."""
-    idx = torch.randint(0, 64, (16, 64), generator=torch.Generator().manual_seed(seed))
+    idx = torch.randint(64, (16, 64), generator=torch.Generator().manual_seed(seed))
     curves = {}
     for name, (attn, edit) in NETWORKS.items():
         model = MixiT(MixiTConfig(vocab_size=64, block_size=64, n_layer=depth, n_embd=width,
                                   attn=attn, seed=seed))
-        if edit:
-            # one random stream through all the blocks
-            generator = torch.Generator().manual_seed(seed)
-            for block in model.blocks:
-                edit(block, generator)
+        # one random stream for the edits of all the blocks
+        generator = torch.Generator().manual_seed(seed)
         x = model.embed(idx)
         stats = [token_stats(x)]
         for block in model.blocks:
+            if edit:
+                edit(block, generator)
             x = block(x)
             stats.append(token_stats(x))
         curves[name] = np.array(stats)
@@ -278,9 +277,11 @@ def show_propagation(config):
     depth = config["propagation"]
     width = config["propagation_width"]
     runs = [propagation_curves(depth, width, seed) for seed in range(3)]
-    # per network, (seeds, depth+1, 2)
-    values = {name: np.stack([run[name] for run in runs]) for name in NETWORKS}
-    stats = {name: (v.mean(0), v.std(0, ddof=1)) for name, v in values.items()}
+    stats = {}
+    for name in NETWORKS:
+        # (seeds, depth+1, 2)
+        values = np.stack([run[name] for run in runs])
+        stats[name] = (values.mean(0), values.std(0, ddof=1))
     layers = [layer for layer in (1, 2, 4, 8, 16, 32, 64) if layer <= depth]
     print("layer " + "".join(f"{layer:>16}" for layer in layers)
           + "   (token covariance; similarity)")
@@ -310,15 +311,15 @@ def layer_residuals(model, idx):
     return {name: r.mean(1) for name, r in pattern_residuals(maps, patterns).items()}
 
 
-def print_residuals(rows, keys):
-    """The probe's table: a row per model or layer, the residual of each pattern (0: formed
-    exactly, 1: nothing)."""
-    patterns = [k for k in rows[0] if k not in keys]
+def print_residuals(rows):
+    """The probe's table: a row per model or layer, its names first, then the residual of each
+    pattern (0: formed exactly, 1: nothing)."""
     print("relative least-squares residual of each pattern in the span of the heads "
           "(0: exactly; 1: nothing of it)")
-    print("".join(f"{k:>18}" for k in keys + patterns))
+    print("".join(f"{k:>18}" for k in rows[0]))
     for row in rows:
-        print("".join(f"{row[k]:>18}" if k in keys else f"{row[k]:18.3f}" for k in keys + patterns))
+        # the residuals are the floats, to 3 decimals
+        print("".join(f"{v:18.3f}" if isinstance(v, float) else f"{v:>18}" for v in row.values()))
 
 
 def residuals_at_init(seed):
@@ -326,7 +327,7 @@ def residuals_at_init(seed):
     sequences."""
     rows = []
     for T in LENGTHS:
-        idx = torch.randint(0, 64, (8, T), generator=torch.Generator().manual_seed(seed))
+        idx = torch.randint(64, (8, T), generator=torch.Generator().manual_seed(seed))
         for name, kind in VARIANTS.items():
             for heads in HEAD_COUNTS:
                 model = MixiT(mixit_config(dict(kind, vocab_size=64, block_size=T, n_layer=1,
@@ -340,7 +341,7 @@ def express_at_init(config):
     """The probe at init, printed and plotted (out_dir/express.png)."""
     check_writable(config["out_dir"])
     rows = residuals_at_init(config["seed"])
-    print_residuals(rows, ["T", "heads", "variant"])
+    print_residuals(rows)
     plot_express(rows, os.path.join(config["out_dir"], "express.png"))
 
 
@@ -348,13 +349,14 @@ def show_express(model, task, config, dev):
     """The probe on each layer of a checkpoint and at init, on the task's first evaluation rows (a
     corpus: repeats)."""
     idx = first_rows(model, task, config, 8).to(dev)
+    trained = layer_residuals(model, idx)
+    at_init = layer_residuals(MixiT(model.config, dev), idx)
     rows = []
-    for when, probed in (("trained", model), ("at init", MixiT(model.config, dev))):
-        residuals = layer_residuals(probed, idx)
-        rows += [{"layer": layer, "model": when,
-                  **{p: r[layer].item() for p, r in residuals.items()}}
-                 for layer in range(model.config.n_layer)]
-    print_residuals(sorted(rows, key=lambda row: row["layer"]), ["layer", "model"])
+    for layer in range(model.config.n_layer):
+        for when, residuals in (("trained", trained), ("at init", at_init)):
+            rows.append({"layer": layer, "model": when,
+                         **{p: r[layer].item() for p, r in residuals.items()}})
+    print_residuals(rows)
 
 
 def main(argv):
