@@ -180,7 +180,8 @@ def test_device_selection_on_one_process(fake_cuda, name, expected):
     assert str(env.device) == expected and not env.ddp and env.world_size == 1
     assert fake_cuda.chosen == ([torch.device(expected)] if expected != "cpu" else [])
     assert env.dtype == (torch.bfloat16 if expected != "cpu" else torch.float32)  # bf16 on a GPU that has it
-    assert "H100" in env.describe() or expected == "cpu"
+    described = "1 x NVIDIA H100 80GB HBM3 (datasheet matmul 989,000 GFLOP/s), bfloat16"  # H100's bf16 peak
+    assert env.describe().startswith(described) or expected == "cpu"
 
 
 def test_torchrun_local_rank_picks_its_gpu_and_nccl(fake_cuda, monkeypatch):
@@ -1588,7 +1589,8 @@ def test_sst2_examples_and_labels(sst2):
 
 
 def test_short_run_learns_an_easy_task(tmp_path, capsys):
-    """A short run learns retrieval_2; its first line names the machine and its thread count (the tests' one)."""
+    """A short run learns retrieval_2; its first line names the machine's model, its matmul rate and its thread
+    count (the tests' one)."""
     assert run_train(tmp_path, "--task=retrieval_2", "--attn=softmax", "--max_iters=200", "--eval_interval=100",
                      "--n_embd=64", "--batch_size=128", "--learning_rate=1e-2") == 0
     metrics = read_metrics(tmp_path)
@@ -1596,7 +1598,16 @@ def test_short_run_learns_an_easy_task(tmp_path, capsys):
     assert metrics[-1]["val_acc"] > 0.9 and metrics[-1]["val_loss"] < 0.1 * np.log(512)  # from log(V) at init
     ckpt = load_ckpt(tmp_path)
     assert ckpt["iter_num"] == 200 and ckpt["config"]["task"] == "retrieval_2"
-    assert capsys.readouterr().out.splitlines()[0] == f"1 x cpu (1 thread), float32, torch {torch.__version__}"
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"1 x {cpu_model_read_here()} (1 thread, matmul {common.peak_flops('cpu') / 1e9:,.0f} GFLOP/s), " \
+                    f"float32, torch {torch.__version__}"  # the rate mfu divides by (measured once a process)
+
+
+def cpu_model_read_here():
+    """The CPU's model as /proc/cpuinfo names it, read apart from common's reader; "cpu" where it names none."""
+    cpuinfo = open("/proc/cpuinfo").read() if os.path.isfile("/proc/cpuinfo") else ""
+    found = re.search(r"^model name\s*: (.+)$", cpuinfo, re.MULTILINE)
+    return found.group(1).strip() if found else "cpu"
 
 
 def test_accuracy_per_answer_position():
