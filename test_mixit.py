@@ -2546,14 +2546,14 @@ def test_the_readme_reads_in_one_sitting():
 
 def test_what_you_should_see_is_the_main_jobs_section_of_results():
     """The README's "What you should see" (right under "Run first") gives the main job's final values as RESULTS.md's
-    main-job tables give them, row by row, and every other number it states (the other machine's values, the largest
-    difference, the seeds' spreads, the times and thread counts) stands in that RESULTS section too: one source."""
+    main-job tables give them, row by row, and every other number it states (the times table's times and matmul rates,
+    the largest difference between machines, the seeds' spreads) stands in that RESULTS section too: one source."""
     text = open(os.path.join(HERE, "README.md")).read()
     assert text.index("**Run first**") < text.index("\n## What you should see") < text.index("\n## The question")
     said = doc_section(text, "## What you should see")
     measured = doc_section(open(os.path.join(HERE, "RESULTS.md")).read(), "## The main job")
-    numbers = lambda cell: re.findall(r"\d[\d,]*\.\d+|\d[\d,]*", cell)
-    shown, accuracy = markdown_rows(said), markdown_rows(measured)
+    numbers = lambda cell: re.findall(r"\d[\d,]*\.\d+|\d+(?:,\d{3})*", cell)  # 1,000; not the comma after 0-2
+    shown, accuracy = markdown_rows(said), markdown_rows(measured[measured.index("| task (chance level) |"):])
     induction = {r["retrieval_6"]: r for r in markdown_rows(measured[measured.index("| retrieval_6 |"):])}
     assert [r["task (chance level)"] for r in shown[:-1]] == [r["task (chance level)"] for r in accuracy]
     for row, source in zip(shown, accuracy):  # each cell's accuracy: the first number of the RESULTS cell
@@ -2564,10 +2564,11 @@ def test_what_you_should_see_is_the_main_jobs_section_of_results():
     trained, init = induction["induction score, trained"], induction["induction score, at init"]
     for col, col_source in zip(list(last)[1:], list(trained)[1:]):
         assert numbers(last[col]) == numbers(trained[col_source]) + numbers(init[col_source]), col
-    prose = said[said.rindex("\n|") + 1:].split("\n", 1)[1]  # what follows the table
-    times, threads = re.findall(r"\d+ min \d+ s", prose), re.findall(r"\b(?:one|two|\d+) threads?\b", prose)
-    assert times and threads
-    for stated_here in numbers(prose) + times + threads:  # whole numbers: 0.99 is not read inside 0.9996
+    table_end = said.index("\n\n", said.index("\n|"))
+    rest = said[table_end:]  # what follows the final values: the times table and the spreads
+    times, rates = re.findall(r"\d+ min \d+ s", rest), re.findall(r"[\d-]+ GFLOP/s", rest)
+    assert len(times) >= 3 and len(rates) >= 3 and re.search(r"\b(?:one|two) threads?\b|\| (?:one|two)\b", rest)
+    for stated_here in numbers(rest) + times + rates:  # whole numbers: 0.99 is not read inside 0.9996
         assert re.search(rf"(?<![\d.,]){re.escape(stated_here)}(?![\d,]|\.\d)", measured), stated_here
 
 
@@ -3599,32 +3600,41 @@ def stored_claims(capsys):
 
 def test_the_documents_verdicts_are_the_claims_commands(capsys):
     """RESULTS.md's claims table gives each part of each claim the word python report.py configs/claims.py prints from
-    the stored runs (assets/runs) and holds the settings and Holm tables as printed; the README's line for each claim
-    gives its settings' words and the decided words Holm keeps, as the Holm table prints them."""
+    the stored runs (assets/runs) and holds the settings and Holm tables as printed."""
     verdicts, settings, holm = stored_claims(capsys)
     printed = [(r["claim"], r["part"], r["verdict"]) for r in markdown_rows(verdicts)]
-    unlink = lambda cell: re.sub(r"\[(.*?)\]\(.*?\)", r"\1", cell)  # links: their text
-    results, readme = (open(os.path.join(HERE, d)).read() for d in ("RESULTS.md", "README.md"))
+    results = open(os.path.join(HERE, "RESULTS.md")).read()
     rows = markdown_rows(results[results.index("| claim | part | verdict |"):])
     assert [(r["claim"], r["part"], r["verdict"]) for r in rows] == printed
     assert settings in results and holm in results
-    header = "| claim (its parts in [RESULTS](RESULTS.md#the-claims)) | the settings' words | why, in plain words |"
-    cells = {unlink(claim): words for claim, words, _ in
-             (r.values() for r in markdown_rows(readme[readme.index(header):]))}
     words = "the settings' words"
-    expected = {}
-    for r in markdown_rows(holm):
-        # the settings with no test (constants, scores fixed by construction) counted apart, so the yes and no Holm
-        # reads are the tested ones
-        aside = int(r["settings"]) - int(r["tested: Holm's family"])
-        untested = f"; {aside} with no test" if aside else ""
-        expected[r["claim"]] = f"{r[words]}{untested}; Holm keeps {r['kept by Holm']} of {r['words decided']} tested " \
-                               f"yes/no"
-    assert cells == expected
     # each setting's word counted once: the counts add up to the claim's settings
     for r in markdown_rows(holm):
         counts = re.findall(r" (\d+)(?:,|$)", r[words])
         assert sum(map(int, counts)) == int(r["settings"]), r["claim"]
+
+
+def test_the_readme_states_each_claim_in_words_it_defines_first():
+    """The README's "What reproduces" defines every word the rule prints (report.WORDS) in a table before its claims
+    table; that table gives every claim of configs/claims.py, in order, a sentence with a link to an existing RESULTS
+    section; and the README names the test machinery at most once, in a sentence that links RESULTS."""
+    readme, results = (open(os.path.join(HERE, d)).read() for d in ("README.md", "RESULTS.md"))
+    section = doc_section(readme, "## What reproduces")
+    header = "| claim, and its section in RESULTS | what reproduces, and what does not |"
+    defined = {r["word"].strip("*") for r in markdown_rows(section[:section.index(header)])}
+    assert set(report.WORDS) <= defined
+    namespace = {}
+    exec(open(os.path.join(HERE, "configs", "claims.py")).read(), namespace)
+    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", results, re.M)}
+    rows = [list(r.values()) for r in markdown_rows(section[section.index(header):])]
+    claims = [re.fullmatch(r"\[(.+)\]\(RESULTS\.md#([\w-]+)\)", claim) for claim, _ in rows]
+    assert [c[1] for c in claims] == list(namespace["CLAIMS"])
+    assert {c[2] for c in claims} <= anchors and all(len(said.split()) > 10 for _, said in rows)
+    for name in ("Welch", "Holm", "TOST", "non-inferiority"):
+        assert readme.count(name) <= 1, name
+    sentence = next(s for s in re.split(r"(?<=\.)\s", section) if "Welch" in s)
+    assert "](RESULTS.md#" in sentence
 
 
 def test_holms_family_is_every_setting_a_claim_tested_and_a_reader_can_redo_it(capsys):
