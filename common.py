@@ -212,6 +212,14 @@ def configure(defaults, argv, rules=None, files=True):
 
 # ------------------------------------------------------------------------ device, dtype, processes
 
+def cpu_model():
+    """The CPU's model name, from Linux's /proc/cpuinfo; None where it gives none."""
+    if os.path.isfile("/proc/cpuinfo"):
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":")[1].strip()
+
+
 # No float16: the residual stream could overflow it.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -247,11 +255,14 @@ class Env:
             print(*args, **kwargs, flush=True)
 
     def describe(self):
-        """The hardware behind a measurement: processes, device name, dtype, torch version."""
+        """The hardware behind a measurement: processes, device model, the matmul rate that mfu
+        reads (a GPU's from its datasheet), a CPU's threads, dtype, torch version."""
+        peak = peak_flops(self.device, self.dtype)
+        rate = f"matmul {peak / 1e9:,.0f} GFLOP/s" if peak else "matmul rate unknown"
         threads = torch.get_num_threads()
-        name = f"{self.device_type} ({threads} thread{'s' * (threads > 1)})"
+        name = f"{cpu_model() or self.device_type} ({threads} thread{'s' * (threads > 1)}, {rate})"
         if self.device_type == "cuda":
-            name = torch.cuda.get_device_name(self.device)
+            name = f"{torch.cuda.get_device_name(self.device)} (datasheet {rate})"
         return (f"{self.world_size} x {name}, {str(self.dtype).removeprefix('torch.')}, "
                 f"torch {torch.__version__}")
 

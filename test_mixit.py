@@ -184,7 +184,8 @@ def test_device_selection_on_one_process(fake_cuda, name, expected):
     assert str(env.device) == expected and not env.ddp and env.world_size == 1
     assert fake_cuda.chosen == ([torch.device(expected)] if expected != "cpu" else [])
     assert env.dtype == (torch.bfloat16 if expected != "cpu" else torch.float32)  # bf16 on a GPU that has it
-    assert "H100" in env.describe() or expected == "cpu"
+    described = "1 x NVIDIA H100 80GB HBM3 (datasheet matmul 989,000 GFLOP/s), bfloat16"  # H100's bf16 peak
+    assert env.describe().startswith(described) or expected == "cpu"
 
 
 def test_torchrun_local_rank_picks_its_gpu_and_nccl(fake_cuda, monkeypatch):
@@ -1630,7 +1631,8 @@ def test_sst2_examples_and_labels(sst2):
 
 
 def test_short_run_learns_an_easy_task(tmp_path, capsys):
-    """A short run learns retrieval_2; its first line names the machine and its thread count (the tests' one)."""
+    """A short run learns retrieval_2; its first line names the machine's model, its matmul rate and its thread
+    count (the tests' one)."""
     assert run_train(tmp_path, "--task=retrieval_2", "--attn=softmax", "--max_iters=200", "--eval_interval=100",
                      "--n_embd=64", "--batch_size=128", "--learning_rate=1e-2") == 0
     metrics = read_metrics(tmp_path)
@@ -1638,7 +1640,16 @@ def test_short_run_learns_an_easy_task(tmp_path, capsys):
     assert metrics[-1]["val_acc"] > 0.9 and metrics[-1]["val_loss"] < 0.1 * np.log(512)  # from log(V) at init
     ckpt = load_ckpt(tmp_path)
     assert ckpt["iter_num"] == 200 and ckpt["config"]["task"] == "retrieval_2"
-    assert capsys.readouterr().out.splitlines()[0] == f"1 x cpu (1 thread), float32, torch {torch.__version__}"
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"1 x {cpu_model_read_here()} (1 thread, matmul {common.peak_flops('cpu') / 1e9:,.0f} GFLOP/s), " \
+                    f"float32, torch {torch.__version__}"  # the rate mfu divides by (measured once a process)
+
+
+def cpu_model_read_here():
+    """The CPU's model as /proc/cpuinfo names it, read apart from common's reader; "cpu" where it names none."""
+    cpuinfo = open("/proc/cpuinfo").read() if os.path.isfile("/proc/cpuinfo") else ""
+    found = re.search(r"^model name\s*: (.+)$", cpuinfo, re.MULTILINE)
+    return found.group(1).strip() if found else "cpu"
 
 
 def test_accuracy_per_answer_position():
@@ -2726,14 +2737,14 @@ def test_the_readme_reads_in_one_sitting():
 
 def test_what_you_should_see_is_the_main_jobs_section_of_results():
     """The README's "What you should see" (right under "Run first") gives the main job's final values as RESULTS.md's
-    main-job tables give them, row by row, and every other number it states (the other machine's values, the largest
-    difference, the seeds' spreads, the times and thread counts) stands in that RESULTS section too: one source."""
+    main-job tables give them, row by row, and every other number it states (the times table's times and matmul rates,
+    the largest difference between machines, the seeds' spreads) stands in that RESULTS section too: one source."""
     text = open(os.path.join(HERE, "README.md")).read()
     assert text.index("**Run first**") < text.index("\n## What you should see") < text.index("\n## The question")
     said = doc_section(text, "## What you should see")
     measured = doc_section(open(os.path.join(HERE, "RESULTS.md")).read(), "## The main job")
-    numbers = lambda cell: re.findall(r"\d[\d,]*\.\d+|\d[\d,]*", cell)
-    shown, accuracy = markdown_rows(said), markdown_rows(measured)
+    numbers = lambda cell: re.findall(r"\d[\d,]*\.\d+|\d+(?:,\d{3})*", cell)  # 1,000; not the comma after 0-2
+    shown, accuracy = markdown_rows(said), markdown_rows(measured[measured.index("| task (chance level) |"):])
     induction = {r["retrieval_6"]: r for r in markdown_rows(measured[measured.index("| retrieval_6 |"):])}
     assert [r["task (chance level)"] for r in shown[:-1]] == [r["task (chance level)"] for r in accuracy]
     for row, source in zip(shown, accuracy):  # each cell's accuracy: the first number of the RESULTS cell
@@ -2744,10 +2755,11 @@ def test_what_you_should_see_is_the_main_jobs_section_of_results():
     trained, init = induction["induction score, trained"], induction["induction score, at init"]
     for col, col_source in zip(list(last)[1:], list(trained)[1:]):
         assert numbers(last[col]) == numbers(trained[col_source]) + numbers(init[col_source]), col
-    prose = said[said.rindex("\n|") + 1:].split("\n", 1)[1]  # what follows the table
-    times, threads = re.findall(r"\d+ min \d+ s", prose), re.findall(r"\b(?:one|two|\d+) threads?\b", prose)
-    assert times and threads
-    for stated_here in numbers(prose) + times + threads:  # whole numbers: 0.99 is not read inside 0.9996
+    table_end = said.index("\n\n", said.index("\n|"))
+    rest = said[table_end:]  # what follows the final values: the times table and the spreads
+    times, rates = re.findall(r"\d+ min \d+ s", rest), re.findall(r"[\d-]+ GFLOP/s", rest)
+    assert len(times) >= 3 and len(rates) >= 3 and re.search(r"\b(?:one|two) threads?\b|\| (?:one|two)\b", rest)
+    for stated_here in numbers(rest) + times + rates:  # whole numbers: 0.99 is not read inside 0.9996
         assert re.search(rf"(?<![\d.,]){re.escape(stated_here)}(?![\d,]|\.\d)", measured), stated_here
 
 
@@ -3877,6 +3889,29 @@ def test_the_documents_verdicts_are_the_claims_commands(capsys):
     for r in markdown_rows(holm):
         counts = re.findall(r" (\d+)(?:,|$)", r["the settings' words"])
         assert sum(map(int, counts)) == int(r["settings"]), r["claim"]
+
+
+def test_the_readme_states_each_claim_in_words_it_defines_first():
+    """The README's "What reproduces" defines every word the rule prints (report.WORDS) in a table before its claims
+    table; that table gives every claim of configs/claims.py, in order, a sentence with a link to an existing RESULTS
+    section; and the README names the test machinery at most once, in a sentence that links RESULTS."""
+    readme, results = (open(os.path.join(HERE, d)).read() for d in ("README.md", "RESULTS.md"))
+    section = doc_section(readme, "## What reproduces")
+    header = "| claim, and its section in RESULTS | what reproduces, and what does not |"
+    defined = {r["word"].strip("*") for r in markdown_rows(section[:section.index(header)])}
+    assert set(report.WORDS) <= defined
+    namespace = {}
+    exec(open(os.path.join(HERE, "configs", "claims.py")).read(), namespace)
+    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", results, re.M)}
+    rows = [list(r.values()) for r in markdown_rows(section[section.index(header):])]
+    claims = [re.fullmatch(r"\[(.+)\]\(RESULTS\.md#([\w-]+)\)", claim) for claim, _ in rows]
+    assert [c[1] for c in claims] == list(namespace["CLAIMS"])
+    assert {c[2] for c in claims} <= anchors and all(len(said.split()) > 10 for _, said in rows)
+    for name in ("Welch", "Holm", "TOST", "non-inferiority"):
+        assert readme.count(name) <= 1, name
+    sentence = next(s for s in re.split(r"(?<=\.)\s", section) if "Welch" in s)
+    assert "](RESULTS.md#" in sentence
 
 
 def test_holms_family_is_every_setting_a_claim_tested_and_a_reader_can_redo_it(capsys):
