@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import types
 from contextlib import nullcontext, suppress
@@ -35,24 +36,33 @@ class TrainingError(Exception):
     exit status 1."""
 
 
-class Interrupted(Exception):
-    """Stopped by a signal after writing a checkpoint; args[0] is the signal number."""
+class Interrupted(BaseException):
+    """Stopped by a signal; args[0] is the signal number, args[1] (if any) the line that says so. A
+    BaseException, as KeyboardInterrupt: no handler of ordinary errors takes it for one."""
+
+
+def early_stop_line(signum):
+    return f"stopped by {signal.Signals(signum).name} before the first step: nothing was saved"
 
 
 class Stop:
-    """A request to stop: the run checkpoints after the step it reads it in, and exits. It comes as
-    SIGTERM, SIGUSR1 (SLURM's warning before a pre-emption), Ctrl-C, or another signal torchrun
-    forwards (SIGHUP, SIGQUIT); under torchrun, a worker whose launcher died asks as at SIGHUP."""
+    """A request to stop: the run checkpoints after the step it reads it in, and exits; before the
+    first step, it stops at once, as nothing is saved yet. It comes as SIGTERM, SIGUSR1 (SLURM's
+    warning before a pre-emption), Ctrl-C, or another signal torchrun forwards (SIGHUP, SIGQUIT);
+    under torchrun, a worker whose launcher died asks as at SIGHUP."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
     def __init__(self):
         self.signum = 0
         self.asked_at = 0.0
+        # train.py's loop sets it to False before the first step
+        self.starting = True
         self.launcher = None
+        self.previous = {signum: signal.signal(signum, self.handle) for signum in self.SIGNALS}
         if "TORCHELASTIC_RUN_ID" in os.environ:
             self.launcher = os.getppid()
-        self.previous = {signum: signal.signal(signum, self.handle) for signum in self.SIGNALS}
+            threading.Thread(target=self.watch_launcher, daemon=True).start()
 
     def handle(self, signum, frame):
         # The first request counts, its copies do not (a worker gets its own and torchrun's), but a
@@ -60,8 +70,25 @@ class Stop:
         if not self.signum:
             self.signum = signum
             self.asked_at = time.monotonic()
+            if self.starting:
+                raise Interrupted(signum, early_stop_line(signum))
         elif signum == signal.SIGINT and time.monotonic() - self.asked_at > 2:
             raise KeyboardInterrupt
+
+    def watch_launcher(self):
+        # During start-up (rendezvous, model, data) no step checks the launcher: this thread does. A
+        # worker whose launcher died before it looked has init (pid 1) for parent.
+        while self.starting:
+            time.sleep(0.5)
+            if self.starting and (os.getppid() != self.launcher or self.launcher == 1):
+                os.kill(os.getpid(), signal.SIGHUP)
+                # The main thread may wait in a call that never returns to Python (a rendezvous
+                # with the launcher's store gone): then the process ends here.
+                time.sleep(5)
+                if self.starting and not self.signum:
+                    print(early_stop_line(signal.SIGHUP), file=sys.stderr, flush=True)
+                    os._exit(128 + signal.SIGHUP)
+                return
 
     def requested(self):
         """The signal that asked for a stop, or 0."""
@@ -70,6 +97,7 @@ class Stop:
         return self.signum
 
     def restore(self):
+        self.starting = False
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
 
@@ -83,6 +111,8 @@ def cli(main, argv):
         print(f"error: {e}", file=sys.stderr)
         return 2 if isinstance(e, ConfigError) else 1
     except Interrupted as e:
+        if len(e.args) > 1:
+            print(e.args[1], file=sys.stderr)
         return 128 + e.args[0]
     except KeyboardInterrupt:
         print("stopped at once by Ctrl-C, without a checkpoint", file=sys.stderr)
@@ -374,10 +404,10 @@ def setup(device="auto", dtype="auto"):
 
 
 def teardown(env):
-    """Destroy the process groups while Python is still alive: a gloo group whose last reference
-    (a DDP wrapper in a reference cycle, env.control) is freed during interpreter shutdown can abort
-    the process on exit."""
-    if env.ddp and dist.is_initialized():
+    """Destroy env's process groups (if any; env None: none) while Python is still alive: a gloo
+    group whose last reference (a DDP wrapper in a reference cycle, env.control) is freed during
+    interpreter shutdown can abort the process on exit."""
+    if env and env.ddp and dist.is_initialized():
         env.control = None
         gc.collect()
         dist.destroy_process_group()

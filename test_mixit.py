@@ -2266,6 +2266,10 @@ def test_a_stop_counts_its_first_request_once_and_a_late_second_ctrl_c_at_once(m
     assert {signal.SIGHUP, signal.SIGQUIT} <= set(common.Stop.SIGNALS)
     stop = common.Stop()
     try:
+        with pytest.raises(common.Interrupted, match="stopped by SIGTERM before the first step: nothing was saved"):
+            os.kill(os.getpid(), signal.SIGTERM)  # at start-up, at once
+        stop.signum = 0
+        stop.starting = False
         os.kill(os.getpid(), signal.SIGHUP)
         os.kill(os.getpid(), signal.SIGINT)
         clock[0] += 1.0
@@ -2282,6 +2286,33 @@ def test_a_stop_counts_its_first_request_once_and_a_late_second_ctrl_c_at_once(m
         raise KeyboardInterrupt
     assert common.cli(interrupted, []) == 128 + signal.SIGINT
     assert capsys.readouterr().err == "stopped at once by Ctrl-C, without a checkpoint\n"
+
+
+def test_a_stop_during_start_up_ends_at_once_in_one_line(tmp_path, monkeypatch, capsys):
+    """A stop asked for before the first step (here while the model builds) ends the run at once in one line, exit
+    status 128 + the signal, and writes nothing: a Ctrl-C, and under torchrun a launcher that dies then, or had died
+    before the worker looked (its parent is init), which a thread sees within a second."""
+    build = train.new_model
+    parent = [os.getppid()]
+
+    def slow_build(*args):
+        if "TORCHELASTIC_RUN_ID" not in os.environ:
+            os.kill(os.getpid(), signal.SIGINT)
+        parent[0] += 1  # the launcher dies
+        time.sleep(10)
+        return build(*args)
+    monkeypatch.setattr(train, "new_model", slow_build)
+    monkeypatch.setattr(os, "getppid", lambda: parent[0])
+    for signum, launcher in ((signal.SIGINT, None), (signal.SIGHUP, parent[0]), (signal.SIGHUP, 1)):
+        if launcher:
+            monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+            parent[0] = launcher
+        t0 = time.time()
+        assert run_train(tmp_path, "--task=addition_2", "--attn=softmax", "--n_layer=1", "--n_embd=16") == 128 + signum
+        assert time.time() - t0 < 5
+        name = signal.Signals(signum).name
+        assert capsys.readouterr().err == f"stopped by {name} before the first step: nothing was saved\n"
+        assert not run_files(tmp_path)
 
 
 def run_files(folder):
@@ -4363,6 +4394,48 @@ def test_a_stop_sent_twice_or_to_every_process_checkpoints_and_resumes_on_any_pr
     assert a["iter"] == b["iter"] == second + 2 and a["tokens"] == b["tokens"]
     for key in ("train_loss", "val_loss"):
         assert a[key] == pytest.approx(b[key], rel=1e-5)
+
+
+SLOW_BUILD = """
+import mixit as _mixit, time as _time
+_init = _mixit.MixiT.__init__
+def _slow(self, *args, **kwargs):
+    print("building the model", flush=True)
+    _time.sleep(60)
+    _init(self, *args, **kwargs)
+_mixit.MixiT.__init__ = _slow
+"""
+
+
+def test_ddp_a_stop_or_a_dead_launcher_during_start_up_ends_every_worker_in_one_line(tmp_path):
+    """2 processes under torchrun, while the model builds (after the rendezvous): a SIGINT to every process, or a
+    kill -9 of the launcher, ends each worker within seconds in one line, with no traceback from train.py and no file
+    written. (torchrun prints its own traceback when signalled.)"""
+    cfg = tmp_path / "slow.py"
+    cfg.write_text(SLOW_BUILD)
+    out_dir = tmp_path / "out"
+    for signum, name in ((signal.SIGINT, "SIGINT"), (signal.SIGKILL, "SIGHUP")):
+        log = tmp_path / f"{name}.log"
+        with open(log, "w") as out:
+            launcher = subprocess.Popen(torchrun_cmd(2, str(cfg), f"--out_dir={out_dir}", "--device=cpu",
+                                                     "--task=addition_2", *FAST), cwd=HERE, stdout=out,
+                                        stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        wait_for(lambda: log.read_text().count("building the model") == 2, launcher, timeout=180)
+        workers = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True,
+                                                      text=True).stdout.split()]
+        assert len(workers) == 2
+        signalled = [launcher.pid, *workers] if signum == signal.SIGINT else [launcher.pid]
+        for pid in signalled:
+            os.kill(pid, signum)
+        launcher.wait(timeout=60)
+        t0 = time.time()
+        while any(os.path.exists(f"/proc/{pid}") for pid in workers):
+            assert time.time() - t0 < 20, "a worker outlived its launcher"
+            time.sleep(0.1)
+        text = log.read_text()
+        assert text.count(f"stopped by {name} before the first step: nothing was saved\n") == 2, text
+        assert 'train.py", line' not in text and "KeyboardInterrupt" not in text
+        assert not run_files(out_dir)
 
 
 FAULTS = {"disk": """

@@ -318,6 +318,8 @@ def train_run(config, task, env, stop):
     history."""
     keeper = start_run(config, task, env)
     unfreeze_at = unfreeze_step(config, keeper.state.iter_num)
+    # A stop asked for from now on is read at the next step, and checkpointed after it.
+    stop.starting = False
     while keeper.state.iter_num < config["max_iters"]:
         iter_num = keeper.state.iter_num
         if iter_num == unfreeze_at:
@@ -463,12 +465,14 @@ def keep_earlier_run(runs, out_dir, env):
 
 
 def main(argv):
-    config = configure(DEFAULTS, argv, RULES)
-    runs = plan_runs(config)
-    tasks = build_tasks(runs)
-    env = setup(config["device"], config["dtype"])
+    # From here on a stop request ends the job in one line; before the first step, at once.
     stop = Stop()
+    env = None
     try:
+        config = configure(DEFAULTS, argv, RULES)
+        runs = plan_runs(config)
+        tasks = build_tasks(runs)
+        env = setup(config["device"], config["dtype"])
         accum = config["gradient_accumulation_steps"]
         rows = config["batch_size"] // env.world_size
         step_shares(accum, config["batch_size"], env)
