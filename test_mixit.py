@@ -2386,17 +2386,19 @@ def test_a_fresh_run_keeps_the_earlier_one_aside(tmp_path, capsys):
 
 
 def test_a_corrupt_metrics_line_anywhere_is_one_line(tmp_path, capsys):
-    """A metrics line that is no JSON (an edit, a copy), not the last: the resume ends in one line naming the file and
-    line, and changes no file."""
+    """A metrics line, not the last, that is no eval record (an edit, a copy): no JSON, JSON without an iter, a string,
+    null, or bytes that are not UTF-8. The resume ends in one line naming the file and line, exit status 2, and
+    changes no file."""
     args = ["--task=addition_2", "--max_iters=4", "--eval_interval=1", "--attn=softmax", "--n_layer=1", "--n_embd=16"]
     assert run_train(tmp_path, *args) == 0
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines(keepends=True)
-    (tmp_path / "metrics.jsonl").write_text("".join(lines[:1] + [lines[1][5:]] + lines[2:]))
-    before = run_files(tmp_path)
-    assert run_train(tmp_path, *args, "--max_iters=6", "--init_from=resume") == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{tmp_path / 'metrics.jsonl'}, line 2, is not JSON" in err
-    assert run_files(tmp_path) == before
+    lines = (tmp_path / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    for bad in (lines[1][5:], b'{"val_loss": 1.0}\n', b'"an eval"\n', b"null\n", b'{"iter": 2, "note": "\xff"}\n'):
+        (tmp_path / "metrics.jsonl").write_bytes(b"".join(lines[:1] + [bad] + lines[2:]))
+        before = run_files(tmp_path)
+        assert run_train(tmp_path, *args, "--max_iters=6", "--init_from=resume") == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{tmp_path / 'metrics.jsonl'}, line 2, is not an eval record" in err
+        assert run_files(tmp_path) == before
 
 
 class FillingFile(io.FileIO):

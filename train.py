@@ -263,18 +263,24 @@ def start_run(config, task, env):
 
 def read_metrics(path, env):
     """metrics.jsonl's evals; a last line cut off (by a kill mid-write: a JSON object ends in }) is
-    dropped, said so. Any other line that is no JSON ends the run in one line naming it."""
-    with open(path) as f:
+    dropped, said so. Any other line that is no eval record (a JSON object with an integer iter, in
+    UTF-8) ends the run in one line naming it."""
+    with open(path, "rb") as f:
         lines = f.read().splitlines()
-    if lines and not lines[-1].endswith("}"):
-        env.print(f"{path}: dropped its last line, cut off mid-write: {lines.pop()[:60]}")
+    if lines and not lines[-1].endswith(b"}"):
+        env.print(f"{path}: dropped its last line, cut off mid-write: "
+                  f"{lines.pop()[:60].decode(errors='replace')}")
     history = []
     for number, line in enumerate(lines, 1):
         try:
-            history.append(json.loads(line))
+            record = json.loads(line)
         except ValueError:
-            raise ConfigError(f"{path}, line {number}, is not JSON: mend or delete that line, then "
-                              f"resume (no file was changed)") from None
+            record = None
+        if not isinstance(record, dict) or type(record.get("iter")) is not int:
+            raise ConfigError(f"{path}, line {number}, is not an eval record (a JSON object with "
+                              f"its iter): mend or delete that line, then resume (no file was "
+                              f"changed)")
+        history.append(record)
     return history
 
 
