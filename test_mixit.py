@@ -2365,9 +2365,10 @@ def test_one_run_owns_an_out_dir(tmp_path, capsys):
     assert load_ckpt(tmp_path)["iter_num"] == 4 and (tmp_path / ".lock").read_text().count(" pid ") == 1
 
 
-def test_a_fresh_run_keeps_the_earlier_one_aside(tmp_path, capsys):
-    """A fresh run into a folder that holds a run moves that run's files to previous-N and says so; a comparison
-    moves its runs' folders and its report together."""
+def test_a_fresh_run_keeps_the_earlier_one_aside(tmp_path, monkeypatch, capsys):
+    """A fresh run into a folder that holds a run, even one whose first checkpoint failed (a metrics.jsonl alone),
+    moves that run's files to previous-N and says so; a full disk there is one line. A comparison into a folder that
+    holds another comparison's report moves the report and that comparison's runs' folders together."""
     args = ["--task=addition_2", "--max_iters=2", "--attn=softmax", "--n_layer=1", "--n_embd=16"]
     assert run_train(tmp_path, *args) == 0
     first = (tmp_path / "ckpt.pt").read_bytes()
@@ -2378,11 +2379,23 @@ def test_a_fresh_run_keeps_the_earlier_one_aside(tmp_path, capsys):
     assert (tmp_path / "previous-1" / "ckpt.pt").read_bytes() == first and (tmp_path / "ckpt.pt").exists()
     assert sorted(os.listdir(tmp_path / "previous-1")) == ["best.pt", "ckpt.pt", "metrics.jsonl"]
     assert len(read_metrics(tmp_path / "previous-2")) == 1
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    (failed / "metrics.jsonl").write_text("")
+    assert run_train(failed, *args) == 0
+    assert f"{failed} held an earlier run: moved its files to {failed / 'previous-1'}" in capsys.readouterr().out
+    assert (failed / "previous-1" / "metrics.jsonl").read_text() == ""
+    monkeypatch.setattr(os, "replace", lambda *paths: raiser(errno.ENOSPC)())
+    assert run_train(failed, *args) == 1
+    assert capsys.readouterr().err == (f"error: could not write {failed / 'previous-2'} (No space left on device): "
+                                       f"make room in {failed} and run again\n")
+    monkeypatch.undo()
     comparison = tmp_path / "comparison"
-    for _ in range(2):
-        assert run_train(comparison, *args, "--attn=softmax,mixing", "--mixing_heads=") == 0
+    for attns in ("softmax,mixing", "frozen_qk,learned_mixing"):
+        assert run_train(comparison, *args, f"--attn={attns}", "--mixing_heads=") == 0
     assert (comparison / "previous-1" / "results.md").exists() and (comparison / "results.md").exists()
     assert (comparison / "previous-1" / "addition_2-mixing" / "ckpt.pt").exists()
+    assert not (comparison / "addition_2-mixing").exists()
 
 
 def test_a_corrupt_metrics_line_anywhere_is_one_line(tmp_path, capsys):

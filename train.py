@@ -23,7 +23,8 @@ import torch
 
 from common import (ConfigError, Interrupted, OneOf, Stop, check_writable, cli, configure,
                     defaults_of, fingerprint, load_checkpoint, load_weights, lock_folder,
-                    non_negative, positive, rule_that, setup, split_list, teardown, unit_interval)
+                    non_negative, positive, rule_that, setup, split_list, teardown, unit_interval,
+                    write_failed)
 from data import chance_metrics, make_task
 from keeper import RunKeeper, RunState, step_shares, unfreeze_parameters, write_metrics
 from mixit import ATTNS, FREEZES, LETTERS, MixiT, MixiTConfig
@@ -450,22 +451,27 @@ def build_tasks(runs):
 
 
 def keep_earlier_run(runs, out_dir, env):
-    """A fresh job never overwrites an earlier one: the earlier job's files (its runs' folders and
-    the files in out_dir, but the lock) move to out_dir/previous-N, said so."""
-    folders = [run["out_dir"] for run in runs]
-    names = ("ckpt.pt", "metrics.jsonl")
-    if not any(os.path.isfile(os.path.join(f, name)) for f in folders for name in names):
+    """A fresh job never overwrites an earlier one: where the runs' folders hold a run, or out_dir a
+    comparison's report, everything in out_dir (but the lock and the previous jobs) moves to
+    out_dir/previous-N, said so."""
+    earlier = [os.path.join(run["out_dir"], name) for run in runs
+               for name in ("ckpt.pt", "metrics.jsonl")]
+    earlier += [os.path.join(out_dir, name)
+                for name in ("results.md", "runs.json", "compare.png", "cost.png")]
+    if not any(map(os.path.isfile, earlier)):
         return
     number = 1
     while os.path.exists(os.path.join(out_dir, f"previous-{number}")):
         number += 1
     previous = os.path.join(out_dir, f"previous-{number}")
-    moved = [entry.path for entry in os.scandir(out_dir)
-             if entry.is_file() and entry.name != ".lock"]
-    moved += [f for f in folders if f != out_dir and os.path.isdir(f)]
-    os.makedirs(previous)
-    for path in moved:
-        os.replace(path, os.path.join(previous, os.path.basename(path)))
+    moved = [entry for entry in os.scandir(out_dir)
+             if entry.name != ".lock" and not entry.name.startswith("previous-")]
+    try:
+        os.makedirs(previous)
+        for entry in moved:
+            os.replace(entry.path, os.path.join(previous, entry.name))
+    except OSError as e:
+        raise write_failed(previous, e) from None
     env.print(f"{out_dir} held an earlier run: moved its files to {previous} (--init_from=resume "
               f"continues a run instead)")
 
