@@ -36,6 +36,8 @@ class RunState:
     samples: int = 0
     flops: float = 0.0
     train_time: float = 0.0
+    # best.pt's val_loss, kept here: metrics.jsonl may be lost
+    best_val_loss: float = math.inf
 
 
 def write_metrics(path, history):
@@ -271,13 +273,18 @@ class RunKeeper:
         state.loss_tokens = 0
         evals = eval_metrics(self.model, self.task, self.config["batch_size"], self.env,
                              self.chance)
+        # An evaluation that scores no token reads loss 0 and accuracy 0 (one that scores any reads
+        # a loss of 0 only where every answer is right): it has no loss, and is never the best.
+        if not evals["val_loss"] and not evals["val_acc"]:
+            evals["val_loss"] = math.nan
         scores = {"iter": state.iter_num, "train_loss": train_loss, **evals}
         metrics = {**scores, "lr": lr, "tokens": state.tokens, "samples": state.samples,
                    "flops": state.flops, "time": round(state.train_time, 2)}
-        # Resumed, the history holds the evaluations up to the checkpoint.
-        best = min([m["val_loss"] for m in self.history], default=math.inf)
+        best = metrics["val_loss"] < state.best_val_loss
+        if best:
+            state.best_val_loss = metrics["val_loss"]
         self.history.append(metrics)
-        self.save(metrics["val_loss"] < best)
+        self.save(best)
         shown = [f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in scores.items()
                  if not isinstance(v, list)]
         self.env.print("eval " + ", ".join(shown))

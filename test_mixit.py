@@ -4320,6 +4320,25 @@ def test_the_latest_checkpoint_at_every_eval_and_on_time_the_best_apart(tmp_path
     latest, best = ["ckpt.pt"], ["best.pt", "ckpt.pt"]
     assert saved == [(latest, 5), (best, 6), (latest, 11), (latest, 12), (latest, 17), (best, 18)]
     assert len(read_metrics(tmp_path)) == 3
+def test_best_pt_survives_a_lost_metrics_file_and_an_eval_that_scores_nothing(tmp_path, monkeypatch, capsys):
+    """best.pt (iter 2, val_loss 1) stays the best when metrics.jsonl is emptied before a resume whose evals read 3
+    and 2: the checkpoint keeps the best val_loss. An eval that scores no token (loss 0 and accuracy 0) logs
+    val_loss nan and is never the best."""
+    losses = iter([1.0, 3.0, 2.0, 0.0])
+    monkeypatch.setattr(keeper, "eval_metrics", lambda *args: {"val_loss": next(losses), "val_acc": 0.0})
+    args = ["--task=addition_2", "--eval_interval=2", "--lr_decay_iters=8", "--attn=softmax", "--n_layer=1",
+            "--n_embd=16"]
+    assert run_train(tmp_path, *args, "--max_iters=2") == 0
+    (tmp_path / "metrics.jsonl").write_text("")
+    for max_iters in (6, 8):
+        assert run_train(tmp_path, *args, f"--max_iters={max_iters}", "--init_from=resume") == 0
+        best = torch.load(tmp_path / "best.pt", weights_only=True)
+        assert best["iter_num"] == 2 and best["best_val_loss"] == 1.0
+    assert re.search(r"eval iter 8, train_loss \S+, val_loss nan, ", capsys.readouterr().out)
+    assert [m["val_loss"] for m in read_metrics(tmp_path)][:2] == [3.0, 2.0]
+    assert math.isnan(read_metrics(tmp_path)[-1]["val_loss"])
+
+
 def test_a_stop_is_read_at_the_next_step_whatever_the_log_interval(tmp_path, monkeypatch, capsys):
     """A stop asked for during step 1 is agreed with step 2's count (under torchrun: a 1-process gloo group, its
     all-reduce started before the step's backward and read after it): the run checkpoints after step 2 and exits,

@@ -231,7 +231,8 @@ def load_state(path, mconf, model, optimizer, config, env):
                     tokens=ckpt.get("tokens", 0),
                     samples=ckpt.get("samples", 0),
                     flops=ckpt.get("flops", 0.0),
-                    train_time=ckpt.get("train_time", 0.0))
+                    train_time=ckpt.get("train_time", 0.0),
+                    best_val_loss=ckpt.get("best_val_loss", math.inf))
 
 
 def start_run(config, task, env):
