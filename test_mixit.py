@@ -2398,6 +2398,18 @@ def test_a_fresh_run_keeps_the_earlier_one_aside(tmp_path, monkeypatch, capsys):
     assert not (comparison / "addition_2-mixing").exists()
 
 
+def test_a_restarted_torchrun_attempt_resumes(tmp_path, monkeypatch, capsys):
+    """torchrun --max_restarts starts the workers again with TORCHELASTIC_RESTART_COUNT > 0: that attempt continues
+    from the latest checkpoint, where the first moved nothing aside and trained from iter 0."""
+    args = ["--task=addition_2", "--eval_interval=2", "--lr_decay_iters=4", "--attn=softmax", "--n_layer=1",
+            "--n_embd=16"]
+    assert run_train(tmp_path, *args, "--max_iters=2") == 0
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert run_train(tmp_path, *args, "--max_iters=4") == 0
+    assert f"resumed {tmp_path / 'ckpt.pt'} at iter 2" in capsys.readouterr().out
+    assert [m["iter"] for m in read_metrics(tmp_path)] == [2, 4] and not (tmp_path / "previous-1").exists()
+
+
 def test_a_corrupt_metrics_line_anywhere_is_one_line(tmp_path, capsys):
     """A metrics line, not the last, that is no eval record (an edit, a copy): no JSON, JSON without an iter, a string,
     null, or bytes that are not UTF-8. The resume ends in one line naming the file and line, exit status 2, and

@@ -443,6 +443,10 @@ def build_tasks(runs):
                 raise ConfigError(str(e)) from None
         run["model"] = describe_model(model_config(run, tasks[run["task"]]))
     ckpts = [os.path.join(run["out_dir"], "ckpt.pt") for run in runs]
+    # A restarted attempt (torchrun --max_restarts) continues from the last one's checkpoints.
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0" and any(map(os.path.isfile, ckpts)):
+        for run in runs:
+            run["init_from"] = "resume"
     if runs[0]["init_from"] == "resume" and not any(map(os.path.isfile, ckpts)):
         where = " or ".join(ckpts[:2])
         if len(ckpts) > 2:
@@ -500,7 +504,7 @@ def main(argv):
         out_dir = config["out_dir"]
         check_writable(out_dir)
         with lock_folder(out_dir, env.master):
-            if config["init_from"] == "scratch" and env.master:
+            if runs[0]["init_from"] == "scratch" and env.master:
                 keep_earlier_run(runs, out_dir, env)
             start = time.time()
             histories = [train_run(run, tasks[run["task"]], env, stop) for run in runs]
