@@ -36,6 +36,10 @@ class TrainingError(Exception):
     exit status 1."""
 
 
+# Bad input ends in exit status 2, a run that cannot go on in 1.
+EXIT_STATUS = {ConfigError: 2, TrainingError: 1}
+
+
 class Interrupted(BaseException):
     """Stopped by a signal; args[0] is the signal number, args[1] (if any) the line that says so. A
     BaseException, as KeyboardInterrupt: no handler of ordinary errors takes it for one."""
@@ -109,7 +113,7 @@ def cli(main, argv):
         main(argv)
     except (ConfigError, TrainingError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, ConfigError) else 1
+        return EXIT_STATUS[type(e)]
     except Interrupted as e:
         if len(e.args) > 1:
             print(e.args[1], file=sys.stderr)
@@ -314,6 +318,24 @@ class Env:
         sent = torch.tensor([float(value)], dtype=torch.float64)
         dist.broadcast(sent, 0, group=self.control)
         return sent.item()
+
+    def master_does(self, action, what):
+        """action() at the master, which returns its result; the others wait for it and return None.
+        Where it fails (a ConfigError or TrainingError), the master raises that error and each other
+        process one of the same kind (its exit status) that says what failed."""
+        result = None
+        if self.master:
+            try:
+                result = action()
+            except (ConfigError, TrainingError) as e:
+                self.from_master(EXIT_STATUS[type(e)])
+                raise
+        # The master's exit status, 0 where action() succeeded.
+        status = self.from_master(0)
+        if status:
+            error = ConfigError if status == 2 else TrainingError
+            raise error(f"rank {self.rank}: stopped as rank 0 failed to {what}")
+        return result
 
     def agree_max(self, value):
         """The largest of every process's integer value (a collective on the CPU)."""
@@ -579,11 +601,9 @@ def check_writable(out_dir):
                           f"choose another --out_dir") from None
 
 
-def lock_folder(folder, master=True):
-    """An out_dir has one run at a time: the master holds an flock on folder/.lock (the kernel frees
-    it when the process dies) for the with-block this opens; a second run ends in one line."""
-    if not master:
-        return nullcontext()
+def lock_folder(folder):
+    """An out_dir has one run at a time: its flock on folder/.lock (the kernel frees it when the
+    process dies), for the with-block this opens; a second run ends in one line."""
     path = os.path.join(folder, ".lock")
     try:
         lock = open(path, "a+")

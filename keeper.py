@@ -249,7 +249,11 @@ class RunKeeper:
         scored tokens, the time and throughput are those since the last line."""
         self.check_finite()
         dt = (time.time() - self.log_start) / self.log_iters
-        loss = self.summed(loss_sum) / (self.scored or math.nan)
+        # A collective: every process sums, whether the step scored a token or not.
+        summed = self.summed(loss_sum)
+        loss = math.nan
+        if self.scored:
+            loss = summed / self.scored
         share = None
         if self.counts_scored:
             share = self.log_scored / self.log_iters / self.tokens_per_iter
@@ -298,21 +302,16 @@ class RunKeeper:
         master's write (torchrun kills the rest 30 s after the first exits)."""
         self.check_finite()
         state = asdict(replace(self.state, loss_sum=self.summed(self.loss_sum)))
-        failure = None
-        if self.env.master:
-            out_dir = self.config["out_dir"]
-            paths = [self.ckpt_path]
-            if best:
-                paths.insert(0, os.path.join(out_dir, "best.pt"))
-            try:
-                write_metrics(os.path.join(out_dir, "metrics.jsonl"), self.history)
-                save_checkpoint(paths, self.model, self.optimizer, self.mconf, self.config, state)
-            except TrainingError as e:
-                failure = e
-        if not self.env.from_master(failure is None):
-            raise failure or TrainingError(f"rank {self.env.rank}: stopped as rank 0 failed to "
-                                           f"write the checkpoint")
+        self.env.master_does(lambda: self.write_files(state, best), "write the checkpoint")
         self.saved_at = time.time()
+
+    def write_files(self, state, best):
+        """metrics.jsonl, best.pt (where best), then ckpt.pt."""
+        paths = [self.ckpt_path]
+        if best:
+            paths.insert(0, os.path.join(self.config["out_dir"], "best.pt"))
+        write_metrics(os.path.join(self.config["out_dir"], "metrics.jsonl"), self.history)
+        save_checkpoint(paths, self.model, self.optimizer, self.mconf, self.config, state)
 
     def clock_steps(self):
         """Add the steps' time since timed_from to train_time."""

@@ -2757,6 +2757,20 @@ def test_ddp_ranks_with_different_fixed_parts_stop_clearly(tmp_path):
     assert not (tmp_path / "out" / "ckpt.pt").exists()
 
 
+def test_ddp_a_busy_out_dir_stops_every_rank_in_one_line(tmp_path):
+    """Under torchrun, a run into a folder another run holds ends every process in one line, exit status 2."""
+    (tmp_path / "out").mkdir()
+    with common.lock_folder(str(tmp_path / "out")):
+        proc = torchrun(tmp_path, "", "--attn=softmax")
+    lines = sorted(line for line in proc.stderr.splitlines() if line.startswith("error: "))
+    assert lines[0].startswith(f"error: {tmp_path / 'out'} is in use by the run of pid {os.getpid()} ")
+    assert lines[1] == f"error: rank 1: stopped as rank 0 failed to take {tmp_path / 'out'}", proc.stderr
+    assert len(lines) == 2, proc.stderr
+    # torchrun ends the other worker once one exits: that one may die of its SIGTERM first
+    assert set(re.findall(r"exitcode\s+: (-?\d+)", proc.stderr)) in ({"2"}, {"2", "-15"}), proc.stderr
+    assert 'train.py", line' not in proc.stderr and not run_files(tmp_path / "out")
+
+
 def test_ddp_a_dying_rank_ends_the_job(tmp_path):
     t0 = time.time()
     proc = torchrun(tmp_path, "import os\nif os.environ.get('RANK') == '1':\n    os._exit(3)  # rank 1 dies\n",

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import time
+from contextlib import nullcontext
 
 import torch
 
@@ -224,15 +225,8 @@ def load_state(path, mconf, model, optimizer, config, env):
     if len(ckpt.get("optimizer", {}).get("param_groups", ())) > len(optimizer.param_groups):
         unfreeze_parameters(model, optimizer, config["weight_decay"])
     load_weights(ckpt, path, lambda: model, optimizer)
-    # An older checkpoint may lack a counter: it counts from 0.
-    return RunState(iter_num=ckpt.get("iter_num", 0),
-                    loss_sum=ckpt.get("loss_sum", 0.0),
-                    loss_tokens=ckpt.get("loss_tokens", 0),
-                    tokens=ckpt.get("tokens", 0),
-                    samples=ckpt.get("samples", 0),
-                    flops=ckpt.get("flops", 0.0),
-                    train_time=ckpt.get("train_time", 0.0),
-                    best_val_loss=ckpt.get("best_val_loss", math.inf))
+    # An older checkpoint may lack a counter: it counts from its default (0; the best: none yet).
+    return RunState(**{k: ckpt[k] for k in RunState.__dataclass_fields__ if k in ckpt})
 
 
 def start_run(config, task, env):
@@ -455,16 +449,17 @@ def build_tasks(runs):
     return tasks
 
 
-def keep_earlier_run(runs, out_dir, env):
-    """A fresh job never overwrites an earlier one: where the runs' folders hold a run, or out_dir a
-    comparison's report, everything in out_dir (but the lock and the previous jobs) moves to
-    out_dir/previous-N, said so."""
-    earlier = [os.path.join(run["out_dir"], name) for run in runs
-               for name in ("ckpt.pt", "metrics.jsonl")]
-    earlier += [os.path.join(out_dir, name)
-                for name in ("results.md", "runs.json", "compare.png", "cost.png")]
-    if not any(map(os.path.isfile, earlier)):
-        return
+def take_out_dir(runs, out_dir, env):
+    """out_dir's lock. A fresh job never overwrites an earlier one: where out_dir or the runs'
+    folders hold a run or a comparison's report, everything in out_dir (but the lock and the
+    previous jobs) moves to out_dir/previous-N first, said so."""
+    lock = lock_folder(out_dir)
+    # a run's files, or a comparison's report
+    names = ("ckpt.pt", "metrics.jsonl", "results.md", "runs.json", "compare.png", "cost.png")
+    folders = {out_dir} | {run["out_dir"] for run in runs}
+    earlier = [os.path.join(folder, name) for folder in folders for name in names]
+    if runs[0]["init_from"] == "resume" or not any(map(os.path.isfile, earlier)):
+        return lock
     number = 1
     while os.path.exists(os.path.join(out_dir, f"previous-{number}")):
         number += 1
@@ -479,6 +474,7 @@ def keep_earlier_run(runs, out_dir, env):
         raise write_failed(previous, e) from None
     env.print(f"{out_dir} held an earlier run: moved its files to {previous} (--init_from=resume "
               f"continues a run instead)")
+    return lock
 
 
 def main(argv):
@@ -503,9 +499,9 @@ def main(argv):
                       f"(as many sequences a step), if memory allows")
         out_dir = config["out_dir"]
         check_writable(out_dir)
-        with lock_folder(out_dir, env.master):
-            if runs[0]["init_from"] == "scratch" and env.master:
-                keep_earlier_run(runs, out_dir, env)
+        # The master takes out_dir; under torchrun every process stops where it cannot.
+        lock = env.master_does(lambda: take_out_dir(runs, out_dir, env), f"take {out_dir}")
+        with lock or nullcontext():
             start = time.time()
             histories = [train_run(run, tasks[run["task"]], env, stop) for run in runs]
             if len(runs) > 1:
