@@ -62,7 +62,7 @@ class Stop:
         self.asked_at = 0.0
         # train.py's loop sets it to False before the first step
         self.starting = True
-        self.launcher = None
+        self.watching = True
         self.previous = {signum: signal.signal(signum, self.handle) for signum in self.SIGNALS}
         if "TORCHELASTIC_RUN_ID" in os.environ:
             self.launcher = os.getppid()
@@ -80,28 +80,23 @@ class Stop:
             raise KeyboardInterrupt
 
     def watch_launcher(self):
-        # During start-up (rendezvous, model, data) no step checks the launcher: this thread does. A
-        # worker whose launcher died before it looked has init (pid 1) for parent.
-        while self.starting:
+        # Under torchrun, this thread looks at the launcher every 0.5 s, from start-up (rendezvous,
+        # model, data) on. A worker whose launcher died before it looked has init (pid 1) for
+        # parent.
+        while self.watching:
             time.sleep(0.5)
-            if self.starting and (os.getppid() != self.launcher or self.launcher == 1):
+            if self.watching and (os.getppid() != self.launcher or self.launcher == 1):
                 os.kill(os.getpid(), signal.SIGHUP)
-                # The main thread may wait in a call that never returns to Python (a rendezvous
-                # with the launcher's store gone): then the process ends here.
+                # Before the first step, the main thread may wait in a call that never returns to
+                # Python (a rendezvous with the launcher's store gone): then the process ends here.
                 time.sleep(5)
                 if self.starting and not self.signum:
                     print(early_stop_line(signal.SIGHUP), file=sys.stderr, flush=True)
                     os._exit(128 + signal.SIGHUP)
                 return
 
-    def requested(self):
-        """The signal that asked for a stop, or 0."""
-        if self.launcher and os.getppid() != self.launcher:
-            self.handle(signal.SIGHUP, None)
-        return self.signum
-
     def restore(self):
-        self.starting = False
+        self.watching = False
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
 

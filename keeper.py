@@ -207,8 +207,8 @@ class RunKeeper:
         # The master's clock says when the latest checkpoint is due.
         interval = self.config["checkpoint_interval"] * 60
         checkpoint_due = env.master and 0 < interval < time.time() - self.saved_at
-        signum = stop.requested()
-        agreement = env.agree([sum(counts), checkpoint_due] + [signum == s for s in Stop.SIGNALS])
+        agreement = env.agree([sum(counts), checkpoint_due]
+                              + [stop.signum == s for s in Stop.SIGNALS])
         batches = [env.to_device(x, y) for x, y in host_batches]
         return batches, counts, agreement
 
