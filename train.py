@@ -507,8 +507,9 @@ def main(argv):
             if len(runs) > 1:
                 write_report(runs, histories, run_label, out_dir, env, time.time() - start)
     finally:
-        stop.restore()
+        # The copies of a signal that arrive while the processes part still find the handlers.
         teardown(env)
+        stop.restore()
 
 
 if __name__ == "__main__":
