@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import types
 from contextlib import nullcontext, suppress
@@ -35,24 +36,37 @@ class TrainingError(Exception):
     exit status 1."""
 
 
-class Interrupted(Exception):
-    """Stopped by a signal after writing a checkpoint; args[0] is the signal number."""
+# Bad input ends in exit status 2, a run that cannot go on in 1.
+EXIT_STATUS = {ConfigError: 2, TrainingError: 1}
+
+
+class Interrupted(BaseException):
+    """Stopped by a signal; args[0] is the signal number, args[1] (if any) the line that says so. A
+    BaseException, as KeyboardInterrupt: no handler of ordinary errors takes it for one."""
+
+
+def early_stop_line(signum):
+    return f"stopped by {signal.Signals(signum).name} before the first step: nothing was saved"
 
 
 class Stop:
-    """A request to stop: the run checkpoints after the step it reads it in, and exits. It comes as
-    SIGTERM, SIGUSR1 (SLURM's warning before a pre-emption), Ctrl-C, or another signal torchrun
-    forwards (SIGHUP, SIGQUIT); under torchrun, a worker whose launcher died asks as at SIGHUP."""
+    """A request to stop: the run checkpoints after the step it reads it in, and exits; before the
+    first step, it stops at once, as nothing is saved yet. It comes as SIGTERM, SIGUSR1 (SLURM's
+    warning before a pre-emption), Ctrl-C, or another signal torchrun forwards (SIGHUP, SIGQUIT);
+    under torchrun, a worker whose launcher died asks as at SIGHUP."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
     def __init__(self):
         self.signum = 0
         self.asked_at = 0.0
-        self.launcher = None
+        # train.py's loop sets it to False before the first step
+        self.starting = True
+        self.watching = True
+        self.previous = {signum: signal.signal(signum, self.handle) for signum in self.SIGNALS}
         if "TORCHELASTIC_RUN_ID" in os.environ:
             self.launcher = os.getppid()
-        self.previous = {signum: signal.signal(signum, self.handle) for signum in self.SIGNALS}
+            threading.Thread(target=self.watch_launcher, daemon=True).start()
 
     def handle(self, signum, frame):
         # The first request counts, its copies do not (a worker gets its own and torchrun's), but a
@@ -60,16 +74,29 @@ class Stop:
         if not self.signum:
             self.signum = signum
             self.asked_at = time.monotonic()
+            if self.starting:
+                raise Interrupted(signum, early_stop_line(signum))
         elif signum == signal.SIGINT and time.monotonic() - self.asked_at > 2:
             raise KeyboardInterrupt
 
-    def requested(self):
-        """The signal that asked for a stop, or 0."""
-        if self.launcher and os.getppid() != self.launcher:
-            self.handle(signal.SIGHUP, None)
-        return self.signum
+    def watch_launcher(self):
+        # Under torchrun, this thread looks at the launcher every 0.5 s, from start-up (rendezvous,
+        # model, data) on. A worker whose launcher died before it looked has init (pid 1) for
+        # parent.
+        while self.watching:
+            time.sleep(0.5)
+            if self.watching and (os.getppid() != self.launcher or self.launcher == 1):
+                os.kill(os.getpid(), signal.SIGHUP)
+                # Before the first step, the main thread may wait in a call that never returns to
+                # Python (a rendezvous with the launcher's store gone): then the process ends here.
+                time.sleep(5)
+                if self.starting and not self.signum:
+                    print(early_stop_line(signal.SIGHUP), file=sys.stderr, flush=True)
+                    os._exit(128 + signal.SIGHUP)
+                return
 
     def restore(self):
+        self.watching = False
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
 
@@ -81,8 +108,10 @@ def cli(main, argv):
         main(argv)
     except (ConfigError, TrainingError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, ConfigError) else 1
+        return EXIT_STATUS[type(e)]
     except Interrupted as e:
+        if len(e.args) > 1:
+            print(e.args[1], file=sys.stderr)
         return 128 + e.args[0]
     except KeyboardInterrupt:
         print("stopped at once by Ctrl-C, without a checkpoint", file=sys.stderr)
@@ -297,6 +326,24 @@ class Env:
         dist.broadcast(sent, 0, group=self.control)
         return sent.item()
 
+    def master_does(self, action, what):
+        """action() at the master, which returns its result; the others wait for it and return None.
+        Where it fails (a ConfigError or TrainingError), the master raises that error and each other
+        process one of the same kind (its exit status) that says what failed."""
+        result = None
+        if self.master:
+            try:
+                result = action()
+            except (ConfigError, TrainingError) as e:
+                self.from_master(EXIT_STATUS[type(e)])
+                raise
+        # The master's exit status, 0 where action() succeeded.
+        status = self.from_master(0)
+        if status:
+            error = ConfigError if status == 2 else TrainingError
+            raise error(f"rank {self.rank}: stopped as rank 0 failed to {what}")
+        return result
+
     def agree_max(self, value):
         """The largest of every process's integer value (a collective on the CPU)."""
         if not self.ddp:
@@ -386,10 +433,10 @@ def setup(device="auto", dtype="auto"):
 
 
 def teardown(env):
-    """Destroy the process groups while Python is still alive: a gloo group whose last reference
-    (a DDP wrapper in a reference cycle, env.control) is freed during interpreter shutdown can abort
-    the process on exit."""
-    if env.ddp and dist.is_initialized():
+    """Destroy env's process groups (if any; env None: none) while Python is still alive: a gloo
+    group whose last reference (a DDP wrapper in a reference cycle, env.control) is freed during
+    interpreter shutdown can abort the process on exit."""
+    if env and env.ddp and dist.is_initialized():
         env.control = None
         gc.collect()
         dist.destroy_process_group()
@@ -561,11 +608,9 @@ def check_writable(out_dir):
                           f"choose another --out_dir") from None
 
 
-def lock_folder(folder, master=True):
-    """An out_dir has one run at a time: the master holds an flock on folder/.lock (the kernel frees
-    it when the process dies) for the with-block this opens; a second run ends in one line."""
-    if not master:
-        return nullcontext()
+def lock_folder(folder):
+    """An out_dir has one run at a time: its flock on folder/.lock (the kernel frees it when the
+    process dies), for the with-block this opens; a second run ends in one line."""
     path = os.path.join(folder, ".lock")
     try:
         lock = open(path, "a+")

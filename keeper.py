@@ -36,6 +36,8 @@ class RunState:
     samples: int = 0
     flops: float = 0.0
     train_time: float = 0.0
+    # best.pt's val_loss, kept here: metrics.jsonl may be lost
+    best_val_loss: float = math.inf
 
 
 def write_metrics(path, history):
@@ -205,8 +207,8 @@ class RunKeeper:
         # The master's clock says when the latest checkpoint is due.
         interval = self.config["checkpoint_interval"] * 60
         checkpoint_due = env.master and 0 < interval < time.time() - self.saved_at
-        signum = stop.requested()
-        agreement = env.agree([sum(counts), checkpoint_due] + [signum == s for s in Stop.SIGNALS])
+        agreement = env.agree([sum(counts), checkpoint_due]
+                              + [stop.signum == s for s in Stop.SIGNALS])
         batches = [env.to_device(x, y) for x, y in host_batches]
         return batches, counts, agreement
 
@@ -247,7 +249,11 @@ class RunKeeper:
         scored tokens, the time and throughput are those since the last line."""
         self.check_finite()
         dt = (time.time() - self.log_start) / self.log_iters
-        loss = self.summed(loss_sum) / (self.scored or math.nan)
+        # A collective: every process sums, whether the step scored a token or not.
+        summed = self.summed(loss_sum)
+        loss = math.nan
+        if self.scored:
+            loss = summed / self.scored
         share = None
         if self.counts_scored:
             share = self.log_scored / self.log_iters / self.tokens_per_iter
@@ -271,13 +277,18 @@ class RunKeeper:
         state.loss_tokens = 0
         evals = eval_metrics(self.model, self.task, self.config["batch_size"], self.env,
                              self.chance)
+        # An evaluation that scores no token reads loss 0 and accuracy 0 (one that scores any reads
+        # a loss of 0 only where every answer is right): it has no loss, and is never the best.
+        if not evals["val_loss"] and not evals["val_acc"]:
+            evals["val_loss"] = math.nan
         scores = {"iter": state.iter_num, "train_loss": train_loss, **evals}
         metrics = {**scores, "lr": lr, "tokens": state.tokens, "samples": state.samples,
                    "flops": state.flops, "time": round(state.train_time, 2)}
-        # Resumed, the history holds the evaluations up to the checkpoint.
-        best = min([m["val_loss"] for m in self.history], default=math.inf)
+        best = metrics["val_loss"] < state.best_val_loss
+        if best:
+            state.best_val_loss = metrics["val_loss"]
         self.history.append(metrics)
-        self.save(metrics["val_loss"] < best)
+        self.save(best)
         shown = [f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in scores.items()
                  if not isinstance(v, list)]
         self.env.print("eval " + ", ".join(shown))
@@ -291,21 +302,16 @@ class RunKeeper:
         master's write (torchrun kills the rest 30 s after the first exits)."""
         self.check_finite()
         state = asdict(replace(self.state, loss_sum=self.summed(self.loss_sum)))
-        failure = None
-        if self.env.master:
-            out_dir = self.config["out_dir"]
-            paths = [self.ckpt_path]
-            if best:
-                paths.insert(0, os.path.join(out_dir, "best.pt"))
-            try:
-                write_metrics(os.path.join(out_dir, "metrics.jsonl"), self.history)
-                save_checkpoint(paths, self.model, self.optimizer, self.mconf, self.config, state)
-            except TrainingError as e:
-                failure = e
-        if not self.env.from_master(failure is None):
-            raise failure or TrainingError(f"rank {self.env.rank}: stopped as rank 0 failed to "
-                                           f"write the checkpoint")
+        self.env.master_does(lambda: self.write_files(state, best), "write the checkpoint")
         self.saved_at = time.time()
+
+    def write_files(self, state, best):
+        """metrics.jsonl, best.pt (where best), then ckpt.pt."""
+        paths = [self.ckpt_path]
+        if best:
+            paths.insert(0, os.path.join(self.config["out_dir"], "best.pt"))
+        write_metrics(os.path.join(self.config["out_dir"], "metrics.jsonl"), self.history)
+        save_checkpoint(paths, self.model, self.optimizer, self.mconf, self.config, state)
 
     def clock_steps(self):
         """Add the steps' time since timed_from to train_time."""

@@ -2348,11 +2348,15 @@ def test_a_stop_counts_its_first_request_once_and_a_late_second_ctrl_c_at_once(m
     assert {signal.SIGHUP, signal.SIGQUIT} <= set(common.Stop.SIGNALS)
     stop = common.Stop()
     try:
+        with pytest.raises(common.Interrupted, match="stopped by SIGTERM before the first step: nothing was saved"):
+            os.kill(os.getpid(), signal.SIGTERM)  # at start-up, at once
+        stop.signum = 0
+        stop.starting = False
         os.kill(os.getpid(), signal.SIGHUP)
         os.kill(os.getpid(), signal.SIGINT)
         clock[0] += 1.0
         os.kill(os.getpid(), signal.SIGINT)
-        assert stop.requested() == signal.SIGHUP
+        assert stop.signum == signal.SIGHUP
         clock[0] += 1.5
         os.kill(os.getpid(), signal.SIGTERM)
         with pytest.raises(KeyboardInterrupt):
@@ -2364,6 +2368,33 @@ def test_a_stop_counts_its_first_request_once_and_a_late_second_ctrl_c_at_once(m
         raise KeyboardInterrupt
     assert common.cli(interrupted, []) == 128 + signal.SIGINT
     assert capsys.readouterr().err == "stopped at once by Ctrl-C, without a checkpoint\n"
+
+
+def test_a_stop_during_start_up_ends_at_once_in_one_line(tmp_path, monkeypatch, capsys):
+    """A stop asked for before the first step (here while the model builds) ends the run at once in one line, exit
+    status 128 + the signal, and writes nothing: a Ctrl-C, and under torchrun a launcher that dies then, or had died
+    before the worker looked (its parent is init), which a thread sees within a second."""
+    build = train.new_model
+    parent = [os.getppid()]
+
+    def slow_build(*args):
+        if "TORCHELASTIC_RUN_ID" not in os.environ:
+            os.kill(os.getpid(), signal.SIGINT)
+        parent[0] += 1  # the launcher dies
+        time.sleep(10)
+        return build(*args)
+    monkeypatch.setattr(train, "new_model", slow_build)
+    monkeypatch.setattr(os, "getppid", lambda: parent[0])
+    for signum, launcher in ((signal.SIGINT, None), (signal.SIGHUP, parent[0]), (signal.SIGHUP, 1)):
+        if launcher:
+            monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+            parent[0] = launcher
+        t0 = time.time()
+        assert run_train(tmp_path, "--task=addition_2", "--attn=softmax", "--n_layer=1", "--n_embd=16") == 128 + signum
+        assert time.time() - t0 < 5
+        name = signal.Signals(signum).name
+        assert capsys.readouterr().err == f"stopped by {name} before the first step: nothing was saved\n"
+        assert not run_files(tmp_path)
 
 
 def run_files(folder):
@@ -2388,16 +2419,22 @@ def test_a_collective_that_lost_a_process_is_one_line_and_other_errors_are_not_h
 
 
 def test_a_worker_whose_launcher_died_stops_with_a_checkpoint(tmp_path, monkeypatch, capsys):
-    """Under torchrun (TORCHELASTIC_RUN_ID set), a worker whose parent changed (its launcher was killed) stops as at
-    SIGHUP after the step that sees it, with a checkpoint, rather than train on as an orphan."""
+    """Under torchrun (TORCHELASTIC_RUN_ID set), a worker whose parent changed (its launcher was killed) after step 2
+    stops as at SIGHUP within a second (a thread looks), with a checkpoint, rather than train on as an orphan."""
     launcher, steps, step = os.getppid(), [], train.train_step
+
+    def slow_step(*args):
+        steps.append(1)
+        time.sleep(0.1)
+        return step(*args)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
     monkeypatch.setattr(os, "getppid", lambda: launcher + (len(steps) >= 2))
-    monkeypatch.setattr(train, "train_step", lambda *args: steps.append(1) or step(*args))
-    assert run_train(tmp_path, "--task=addition_2", "--max_iters=9", "--eval_interval=9", "--attn=softmax",
+    monkeypatch.setattr(train, "train_step", slow_step)
+    assert run_train(tmp_path, "--task=addition_2", "--max_iters=100", "--eval_interval=100", "--attn=softmax",
                      "--n_layer=1", "--n_embd=16") == 128 + signal.SIGHUP
-    assert f"stopped by SIGHUP at iter 3: wrote {tmp_path / 'ckpt.pt'}" in capsys.readouterr().out
-    assert load_ckpt(tmp_path)["iter_num"] == 3
+    stopped = load_ckpt(tmp_path)["iter_num"]
+    assert 3 <= stopped < 20
+    assert f"stopped by SIGHUP at iter {stopped}: wrote {tmp_path / 'ckpt.pt'}" in capsys.readouterr().out
 
 
 def test_one_run_owns_an_out_dir(tmp_path, capsys):
@@ -2416,9 +2453,10 @@ def test_one_run_owns_an_out_dir(tmp_path, capsys):
     assert load_ckpt(tmp_path)["iter_num"] == 4 and (tmp_path / ".lock").read_text().count(" pid ") == 1
 
 
-def test_a_fresh_run_keeps_the_earlier_one_aside(tmp_path, capsys):
-    """A fresh run into a folder that holds a run moves that run's files to previous-N and says so; a comparison
-    moves its runs' folders and its report together."""
+def test_a_fresh_run_keeps_the_earlier_one_aside(tmp_path, monkeypatch, capsys):
+    """A fresh run into a folder that holds a run, even one whose first checkpoint failed (a metrics.jsonl alone),
+    moves that run's files to previous-N and says so; a full disk there is one line. A comparison into a folder that
+    holds another comparison's report moves the report and that comparison's runs' folders together."""
     args = ["--task=addition_2", "--max_iters=2", "--attn=softmax", "--n_layer=1", "--n_embd=16"]
     assert run_train(tmp_path, *args) == 0
     first = (tmp_path / "ckpt.pt").read_bytes()
@@ -2429,25 +2467,51 @@ def test_a_fresh_run_keeps_the_earlier_one_aside(tmp_path, capsys):
     assert (tmp_path / "previous-1" / "ckpt.pt").read_bytes() == first and (tmp_path / "ckpt.pt").exists()
     assert sorted(os.listdir(tmp_path / "previous-1")) == ["best.pt", "ckpt.pt", "metrics.jsonl"]
     assert len(read_metrics(tmp_path / "previous-2")) == 1
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    (failed / "metrics.jsonl").write_text("")
+    assert run_train(failed, *args) == 0
+    assert f"{failed} held an earlier run: moved its files to {failed / 'previous-1'}" in capsys.readouterr().out
+    assert (failed / "previous-1" / "metrics.jsonl").read_text() == ""
+    monkeypatch.setattr(os, "replace", lambda *paths: raiser(errno.ENOSPC)())
+    assert run_train(failed, *args) == 1
+    assert capsys.readouterr().err == (f"error: could not write {failed / 'previous-2'} (No space left on device): "
+                                       f"make room in {failed} and run again\n")
+    monkeypatch.undo()
     comparison = tmp_path / "comparison"
-    for _ in range(2):
-        assert run_train(comparison, *args, "--attn=softmax,mixing", "--mixing_heads=") == 0
+    for attns in ("softmax,mixing", "frozen_qk,learned_mixing"):
+        assert run_train(comparison, *args, f"--attn={attns}", "--mixing_heads=") == 0
     assert (comparison / "previous-1" / "results.md").exists() and (comparison / "results.md").exists()
     assert (comparison / "previous-1" / "addition_2-mixing" / "ckpt.pt").exists()
+    assert not (comparison / "addition_2-mixing").exists()
+
+
+def test_a_restarted_torchrun_attempt_resumes(tmp_path, monkeypatch, capsys):
+    """torchrun --max_restarts starts the workers again with TORCHELASTIC_RESTART_COUNT > 0: that attempt continues
+    from the latest checkpoint, where the first moved nothing aside and trained from iter 0."""
+    args = ["--task=addition_2", "--eval_interval=2", "--lr_decay_iters=4", "--attn=softmax", "--n_layer=1",
+            "--n_embd=16"]
+    assert run_train(tmp_path, *args, "--max_iters=2") == 0
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert run_train(tmp_path, *args, "--max_iters=4") == 0
+    assert f"resumed {tmp_path / 'ckpt.pt'} at iter 2" in capsys.readouterr().out
+    assert [m["iter"] for m in read_metrics(tmp_path)] == [2, 4] and not (tmp_path / "previous-1").exists()
 
 
 def test_a_corrupt_metrics_line_anywhere_is_one_line(tmp_path, capsys):
-    """A metrics line that is no JSON (an edit, a copy), not the last: the resume ends in one line naming the file and
-    line, and changes no file."""
+    """A metrics line, not the last, that is no eval record (an edit, a copy): no JSON, JSON without an iter, a string,
+    null, or bytes that are not UTF-8. The resume ends in one line naming the file and line, exit status 2, and
+    changes no file."""
     args = ["--task=addition_2", "--max_iters=4", "--eval_interval=1", "--attn=softmax", "--n_layer=1", "--n_embd=16"]
     assert run_train(tmp_path, *args) == 0
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines(keepends=True)
-    (tmp_path / "metrics.jsonl").write_text("".join(lines[:1] + [lines[1][5:]] + lines[2:]))
-    before = run_files(tmp_path)
-    assert run_train(tmp_path, *args, "--max_iters=6", "--init_from=resume") == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{tmp_path / 'metrics.jsonl'}, line 2, is not JSON" in err
-    assert run_files(tmp_path) == before
+    lines = (tmp_path / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    for bad in (lines[1][5:], b'{"val_loss": 1.0}\n', b'"an eval"\n', b"null\n", b'{"iter": 2, "note": "\xff"}\n'):
+        (tmp_path / "metrics.jsonl").write_bytes(b"".join(lines[:1] + [bad] + lines[2:]))
+        before = run_files(tmp_path)
+        assert run_train(tmp_path, *args, "--max_iters=6", "--init_from=resume") == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{tmp_path / 'metrics.jsonl'}, line 2, is not an eval record" in err
+        assert run_files(tmp_path) == before
 
 
 class FillingFile(io.FileIO):
@@ -2510,14 +2574,16 @@ def uninterrupted(tmp_path_factory):
 
 
 def stop_at_iter_3(monkeypatch):
-    """A stop that arrives as at SIGHUP (the worker's launcher dies) during step 2: read at step 3, checkpointed."""
-    launcher = os.getppid()
+    """A stop (SIGHUP) that arrives during step 2: read at step 3, checkpointed."""
     steps = []
     step = train.train_step
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
-    monkeypatch.setattr(os, "getppid", lambda: launcher + (len(steps) >= 2))
-    monkeypatch.setattr(train, "train_step", lambda *args: steps.append(1) or step(*args))
-    return steps
+
+    def train_step(*args):
+        steps.append(1)
+        if len(steps) == 2:
+            os.kill(os.getpid(), signal.SIGHUP)
+        return step(*args)
+    monkeypatch.setattr(train, "train_step", train_step)
 
 
 @pytest.mark.parametrize("error", [errno.ENOSPC, errno.EISDIR], ids=["full disk", "directory"])
@@ -2780,6 +2846,20 @@ def test_ddp_ranks_with_different_fixed_parts_stop_clearly(tmp_path):
     assert "the fixed random parts (mixing matrices, frozen weights) differ between processes" in proc.stderr
     assert 'train.py", line' not in proc.stderr  # one line per rank (torchrun's own launcher adds its summary)
     assert not (tmp_path / "out" / "ckpt.pt").exists()
+
+
+def test_ddp_a_busy_out_dir_stops_every_rank_in_one_line(tmp_path):
+    """Under torchrun, a run into a folder another run holds ends every process in one line, exit status 2."""
+    (tmp_path / "out").mkdir()
+    with common.lock_folder(str(tmp_path / "out")):
+        proc = torchrun(tmp_path, "", "--attn=softmax")
+    lines = sorted(line for line in proc.stderr.splitlines() if line.startswith("error: "))
+    assert lines[0].startswith(f"error: {tmp_path / 'out'} is in use by the run of pid {os.getpid()} ")
+    assert lines[1] == f"error: rank 1: stopped as rank 0 failed to take {tmp_path / 'out'}", proc.stderr
+    assert len(lines) == 2, proc.stderr
+    # torchrun ends the other worker once one exits: that one may die of its SIGTERM first
+    assert set(re.findall(r"exitcode\s+: (-?\d+)", proc.stderr)) in ({"2"}, {"2", "-15"}), proc.stderr
+    assert 'train.py", line' not in proc.stderr and not run_files(tmp_path / "out")
 
 
 def test_ddp_a_dying_rank_ends_the_job(tmp_path):
@@ -4483,6 +4563,25 @@ def test_the_latest_checkpoint_at_every_eval_and_on_time_the_best_apart(tmp_path
     latest, best = ["ckpt.pt"], ["best.pt", "ckpt.pt"]
     assert saved == [(latest, 5), (best, 6), (latest, 11), (latest, 12), (latest, 17), (best, 18)]
     assert len(read_metrics(tmp_path)) == 3
+def test_best_pt_survives_a_lost_metrics_file_and_an_eval_that_scores_nothing(tmp_path, monkeypatch, capsys):
+    """best.pt (iter 2, val_loss 1) stays the best when metrics.jsonl is emptied before a resume whose evals read 3
+    and 2: the checkpoint keeps the best val_loss. An eval that scores no token (loss 0 and accuracy 0) logs
+    val_loss nan and is never the best."""
+    losses = iter([1.0, 3.0, 2.0, 0.0])
+    monkeypatch.setattr(keeper, "eval_metrics", lambda *args: {"val_loss": next(losses), "val_acc": 0.0})
+    args = ["--task=addition_2", "--eval_interval=2", "--lr_decay_iters=8", "--attn=softmax", "--n_layer=1",
+            "--n_embd=16"]
+    assert run_train(tmp_path, *args, "--max_iters=2") == 0
+    (tmp_path / "metrics.jsonl").write_text("")
+    for max_iters in (6, 8):
+        assert run_train(tmp_path, *args, f"--max_iters={max_iters}", "--init_from=resume") == 0
+        best = torch.load(tmp_path / "best.pt", weights_only=True)
+        assert best["iter_num"] == 2 and best["best_val_loss"] == 1.0
+    assert re.search(r"eval iter 8, train_loss \S+, val_loss nan, ", capsys.readouterr().out)
+    assert [m["val_loss"] for m in read_metrics(tmp_path)][:2] == [3.0, 2.0]
+    assert math.isnan(read_metrics(tmp_path)[-1]["val_loss"])
+
+
 def test_a_stop_is_read_at_the_next_step_whatever_the_log_interval(tmp_path, monkeypatch, capsys):
     """A stop asked for during step 1 is agreed with step 2's count (under torchrun: a 1-process gloo group, its
     all-reduce started before the step's backward and read after it): the run checkpoints after step 2 and exits,
@@ -4537,6 +4636,26 @@ def test_sigterm_under_torchrun_checkpoints_within_a_step_and_resume_matches(tmp
         assert a[key] == pytest.approx(b[key], rel=1e-5)
 
 
+def test_ddp_a_signal_to_one_worker_stops_every_rank_with_a_checkpoint(tmp_path):
+    """2 processes under torchrun: a SIGUSR1 to rank 1 alone (not the launcher, not the master) stops every process
+    after the step they agree on, with the checkpoint of that step."""
+    run = ["--task=addition_2", "--attn=softmax", "--eval_interval=5000", "--log_interval=1", "--lr_decay_iters=5000",
+           "--device=cpu", "--checkpoint_interval=0", "--max_iters=5000", *FAST, "--batch_size=16"]
+    log = tmp_path / "out.log"
+    with open(log, "w") as out:
+        launcher = subprocess.Popen(torchrun_cmd(2, *run, f"--out_dir={tmp_path / 'out'}"), cwd=HERE, stdout=out,
+                                    stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    wait_for(lambda: log.read_text().count("\niter ") >= 3, launcher, timeout=180)
+    workers = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
+    rank_1 = [int(pid) for pid in workers if b"RANK=1" in open(f"/proc/{pid}/environ", "rb").read().split(b"\0")]
+    assert len(rank_1) == 1
+    os.kill(rank_1[0], signal.SIGUSR1)
+    assert launcher.wait(timeout=60) != 0
+    text = log.read_text()
+    step = load_ckpt(tmp_path / "out")["iter_num"]
+    assert 3 <= step < 5000 and f"stopped by SIGUSR1 at iter {step}: wrote" in text and 'train.py", line' not in text
+
+
 def test_a_stop_sent_twice_or_to_every_process_checkpoints_and_resumes_on_any_process_count(tmp_path):
     """Two SIGINTs 10 ms apart stop one process once, with a checkpoint. Resumed on 2 processes under torchrun, a SIGINT
     to the launcher and to every worker at once (each worker gets its own and torchrun's forward) checkpoints too.
@@ -4572,6 +4691,48 @@ def test_a_stop_sent_twice_or_to_every_process_checkpoints_and_resumes_on_any_pr
     assert a["iter"] == b["iter"] == second + 2 and a["tokens"] == b["tokens"]
     for key in ("train_loss", "val_loss"):
         assert a[key] == pytest.approx(b[key], rel=1e-5)
+
+
+SLOW_BUILD = """
+import mixit as _mixit, time as _time
+_init = _mixit.MixiT.__init__
+def _slow(self, *args, **kwargs):
+    print("building the model", flush=True)
+    _time.sleep(60)
+    _init(self, *args, **kwargs)
+_mixit.MixiT.__init__ = _slow
+"""
+
+
+def test_ddp_a_stop_or_a_dead_launcher_during_start_up_ends_every_worker_in_one_line(tmp_path):
+    """2 processes under torchrun, while the model builds (after the rendezvous): a SIGINT to every process, or a
+    kill -9 of the launcher, ends each worker within seconds in one line, with no traceback from train.py and no file
+    written. (torchrun prints its own traceback when signalled.)"""
+    cfg = tmp_path / "slow.py"
+    cfg.write_text(SLOW_BUILD)
+    out_dir = tmp_path / "out"
+    for signum, name in ((signal.SIGINT, "SIGINT"), (signal.SIGKILL, "SIGHUP")):
+        log = tmp_path / f"{name}.log"
+        with open(log, "w") as out:
+            launcher = subprocess.Popen(torchrun_cmd(2, str(cfg), f"--out_dir={out_dir}", "--device=cpu",
+                                                     "--task=addition_2", *FAST), cwd=HERE, stdout=out,
+                                        stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        wait_for(lambda: log.read_text().count("building the model") == 2, launcher, timeout=180)
+        workers = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True,
+                                                      text=True).stdout.split()]
+        assert len(workers) == 2
+        signalled = [launcher.pid, *workers] if signum == signal.SIGINT else [launcher.pid]
+        for pid in signalled:
+            os.kill(pid, signum)
+        launcher.wait(timeout=60)
+        t0 = time.time()
+        while any(os.path.exists(f"/proc/{pid}") for pid in workers):
+            assert time.time() - t0 < 20, "a worker outlived its launcher"
+            time.sleep(0.1)
+        text = log.read_text()
+        assert text.count(f"stopped by {name} before the first step: nothing was saved\n") == 2, text
+        assert 'train.py", line' not in text and "KeyboardInterrupt" not in text
+        assert not run_files(out_dir)
 
 
 FAULTS = {"disk": """

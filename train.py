@@ -18,13 +18,15 @@ import os
 import signal
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import asdict
 
 import torch
 
 from common import (ConfigError, Interrupted, OneOf, Stop, check_writable, cli, configure,
                     defaults_of, fingerprint, load_checkpoint, load_weights, lock_folder,
-                    non_negative, positive, rule_that, setup, split_list, teardown, unit_interval)
+                    non_negative, positive, rule_that, setup, split_list, teardown, unit_interval,
+                    write_failed)
 from data import chance_metrics, make_task
 from keeper import RunKeeper, RunState, step_shares, unfreeze_parameters, write_metrics
 from mixit import ATTNS, FREEZES, LETTERS, MixiT, MixiTConfig, flat_args, mixit_config
@@ -226,14 +228,8 @@ def load_state(path, mconf, model, optimizer, config, env):
     if len(ckpt.get("optimizer", {}).get("param_groups", ())) > len(optimizer.param_groups):
         unfreeze_parameters(model, optimizer, config["weight_decay"])
     load_weights(ckpt, path, lambda: model, optimizer)
-    # An older checkpoint may lack a counter: it counts from 0.
-    return RunState(iter_num=ckpt.get("iter_num", 0),
-                    loss_sum=ckpt.get("loss_sum", 0.0),
-                    loss_tokens=ckpt.get("loss_tokens", 0),
-                    tokens=ckpt.get("tokens", 0),
-                    samples=ckpt.get("samples", 0),
-                    flops=ckpt.get("flops", 0.0),
-                    train_time=ckpt.get("train_time", 0.0))
+    # An older checkpoint may lack a counter: it counts from its default (0; the best: none yet).
+    return RunState(**{k: ckpt[k] for k in RunState.__dataclass_fields__ if k in ckpt})
 
 
 def start_run(config, task, env):
@@ -266,18 +262,24 @@ def start_run(config, task, env):
 
 def read_metrics(path, env):
     """metrics.jsonl's evals; a last line cut off (by a kill mid-write: a JSON object ends in }) is
-    dropped, said so. Any other line that is no JSON ends the run in one line naming it."""
-    with open(path) as f:
+    dropped, said so. Any other line that is no eval record (a JSON object with an integer iter, in
+    UTF-8) ends the run in one line naming it."""
+    with open(path, "rb") as f:
         lines = f.read().splitlines()
-    if lines and not lines[-1].endswith("}"):
-        env.print(f"{path}: dropped its last line, cut off mid-write: {lines.pop()[:60]}")
+    if lines and not lines[-1].endswith(b"}"):
+        env.print(f"{path}: dropped its last line, cut off mid-write: "
+                  f"{lines.pop()[:60].decode(errors='replace')}")
     history = []
     for number, line in enumerate(lines, 1):
         try:
-            history.append(json.loads(line))
+            record = json.loads(line)
         except ValueError:
-            raise ConfigError(f"{path}, line {number}, is not JSON: mend or delete that line, then "
-                              f"resume (no file was changed)") from None
+            record = None
+        if not isinstance(record, dict) or type(record.get("iter")) is not int:
+            raise ConfigError(f"{path}, line {number}, is not an eval record (a JSON object with "
+                              f"its iter): mend or delete that line, then resume (no file was "
+                              f"changed)")
+        history.append(record)
     return history
 
 
@@ -321,6 +323,8 @@ def train_run(config, task, env, stop):
     history."""
     keeper = start_run(config, task, env)
     unfreeze_at = unfreeze_step(config, keeper.state.iter_num)
+    # A stop asked for from now on is read at the next step, and checkpointed after it.
+    stop.starting = False
     while keeper.state.iter_num < config["max_iters"]:
         iter_num = keeper.state.iter_num
         if iter_num == unfreeze_at:
@@ -436,6 +440,10 @@ def build_tasks(runs):
                 raise ConfigError(str(e)) from None
         run["model"] = describe_model(model_config(run, tasks[run["task"]]))
     ckpts = [os.path.join(run["out_dir"], "ckpt.pt") for run in runs]
+    # A restarted attempt (torchrun --max_restarts) continues from the last one's checkpoints.
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0" and any(map(os.path.isfile, ckpts)):
+        for run in runs:
+            run["init_from"] = "resume"
     if runs[0]["init_from"] == "resume" and not any(map(os.path.isfile, ckpts)):
         where = " or ".join(ckpts[:2])
         if len(ckpts) > 2:
@@ -444,34 +452,43 @@ def build_tasks(runs):
     return tasks
 
 
-def keep_earlier_run(runs, out_dir, env):
-    """A fresh job never overwrites an earlier one: the earlier job's files (its runs' folders and
-    the files in out_dir, but the lock) move to out_dir/previous-N, said so."""
-    folders = [run["out_dir"] for run in runs]
-    names = ("ckpt.pt", "metrics.jsonl")
-    if not any(os.path.isfile(os.path.join(f, name)) for f in folders for name in names):
-        return
+def take_out_dir(runs, out_dir, env):
+    """out_dir's lock. A fresh job never overwrites an earlier one: where out_dir or the runs'
+    folders hold a run or a comparison's report, everything in out_dir (but the lock and the
+    previous jobs) moves to out_dir/previous-N first, said so."""
+    lock = lock_folder(out_dir)
+    # a run's files, or a comparison's report
+    names = ("ckpt.pt", "metrics.jsonl", "results.md", "runs.json", "compare.png", "cost.png")
+    folders = {out_dir} | {run["out_dir"] for run in runs}
+    earlier = [os.path.join(folder, name) for folder in folders for name in names]
+    if runs[0]["init_from"] == "resume" or not any(map(os.path.isfile, earlier)):
+        return lock
     number = 1
     while os.path.exists(os.path.join(out_dir, f"previous-{number}")):
         number += 1
     previous = os.path.join(out_dir, f"previous-{number}")
-    moved = [entry.path for entry in os.scandir(out_dir)
-             if entry.is_file() and entry.name != ".lock"]
-    moved += [f for f in folders if f != out_dir and os.path.isdir(f)]
-    os.makedirs(previous)
-    for path in moved:
-        os.replace(path, os.path.join(previous, os.path.basename(path)))
+    moved = [entry for entry in os.scandir(out_dir)
+             if entry.name != ".lock" and not entry.name.startswith("previous-")]
+    try:
+        os.makedirs(previous)
+        for entry in moved:
+            os.replace(entry.path, os.path.join(previous, entry.name))
+    except OSError as e:
+        raise write_failed(previous, e) from None
     env.print(f"{out_dir} held an earlier run: moved its files to {previous} (--init_from=resume "
               f"continues a run instead)")
+    return lock
 
 
 def main(argv):
-    config = configure(DEFAULTS, argv, RULES)
-    runs = plan_runs(config)
-    tasks = build_tasks(runs)
-    env = setup(config["device"], config["dtype"])
+    # From here on a stop request ends the job in one line; before the first step, at once.
     stop = Stop()
+    env = None
     try:
+        config = configure(DEFAULTS, argv, RULES)
+        runs = plan_runs(config)
+        tasks = build_tasks(runs)
+        env = setup(config["device"], config["dtype"])
         accum = config["gradient_accumulation_steps"]
         rows = config["batch_size"] // env.world_size
         step_shares(accum, config["batch_size"], env)
@@ -485,16 +502,17 @@ def main(argv):
                       f"(as many sequences a step), if memory allows")
         out_dir = config["out_dir"]
         check_writable(out_dir)
-        with lock_folder(out_dir, env.master):
-            if config["init_from"] == "scratch" and env.master:
-                keep_earlier_run(runs, out_dir, env)
+        # The master takes out_dir; under torchrun every process stops where it cannot.
+        lock = env.master_does(lambda: take_out_dir(runs, out_dir, env), f"take {out_dir}")
+        with lock or nullcontext():
             start = time.time()
             histories = [train_run(run, tasks[run["task"]], env, stop) for run in runs]
             if len(runs) > 1:
                 write_report(runs, histories, run_label, out_dir, env, time.time() - start)
     finally:
-        stop.restore()
+        # The copies of a signal that arrive while the processes part still find the handlers.
         teardown(env)
+        stop.restore()
 
 
 if __name__ == "__main__":
