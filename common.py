@@ -136,8 +136,8 @@ def format_time(seconds):
 # ----------------------------------------------------------------------------------- configuration
 
 def defaults_of(namespace):
-    """The plain values (int, float, str, bool) of a script's globals: its options. Names in capitals
-    are constants, imported or its own, never options."""
+    """The plain values (int, float, str, bool) of a script's globals: its options. Names in
+    capitals are constants, imported or its own, never options."""
     return {k: v for k, v in namespace.items()
             if k.islower() and not k.startswith("_") and isinstance(v, (int, float, str, bool))}
 

@@ -161,8 +161,8 @@ def t_quantile(p, df):
 
 
 def contrast(terms):
-    """Σ w·mean over independent samples, terms [(w, (mean, std, n))]: its value, standard error and
-    Welch-Satterthwaite degrees of freedom (a level is a sample with std 0; a contrast of levels
+    """Σ w·mean over independent samples, terms [(w, (mean, std, n))]: its value, standard error
+    and Welch-Satterthwaite degrees of freedom (a level is a sample with std 0; a contrast of levels
     alone is exact, se 0)."""
     value = sum(w * m for w, (m, _, _) in terms)
     parts = [((w * s) ** 2 / n, n) for w, (_, s, n) in terms]
