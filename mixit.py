@@ -651,10 +651,10 @@ def check_config(config):
                              + ", ".join(repr(v) if v == "" else v for v in valid))
     if config.n_embd % config.n_head:
         raise ValueError(f"n_embd={config.n_embd} must be divisible by n_head={config.n_head}")
+    head_dim = config.n_embd // config.n_head
     # (layer_attn checks attn)
-    if any(a not in MIXING for a in config.layer_attn) and (config.n_embd // config.n_head) % 2:
-        raise ValueError("rotary embeddings need an even head size, "
-                         f"got {config.n_embd // config.n_head}")
+    if any(a not in MIXING for a in config.layer_attn) and head_dim % 2:
+        raise ValueError(f"rotary embeddings need an even head size, got {head_dim}")
     if config.study.fixed_head and config.n_head < 2:
         raise ValueError("fixed_head needs n_head >= 2 (head 0 is the sink, head 1 the fixed), "
                          f"got {config.n_head}")
