@@ -235,7 +235,8 @@ class SoftmaxAttention(Attention):
         pos = 0 if cache is None else cache.pos
         q, k, v = self.qkv_heads(x, pos)
         if cache is not None:
-            k, v = cache.update(self.layer, k, v)
+            k = cache.write(cache.k, self.layer, k)
+            v = cache.write(cache.v, self.layer, v)
         y = self.attend(q, k, v, pad_mask, pos)
         # The heads are laid side by side, then W_O mixes them.
         return self.o(y.transpose(1, 2).flatten(2))
@@ -287,7 +288,7 @@ class MixingAttention(Attention):
             v = v * pad_mask[..., None]
         (v,) = self.heads(v)
         if cache is not None:
-            _, v = cache.update(self.layer, None, v)
+            v = cache.write(cache.v, self.layer, v)
         # A V = V + (A - I) V. The buffer holds A - I: depth_alpha's A has no identity, and
         # V + (A - I) V rounds as every stored run did (A V would not). One product a head:
         # P @ v would copy P for every sequence.
@@ -650,10 +651,10 @@ def check_config(config):
                              + ", ".join(repr(v) if v == "" else v for v in valid))
     if config.n_embd % config.n_head:
         raise ValueError(f"n_embd={config.n_embd} must be divisible by n_head={config.n_head}")
+    head_dim = config.n_embd // config.n_head
     # (layer_attn checks attn)
-    if any(a not in MIXING for a in config.layer_attn) and (config.n_embd // config.n_head) % 2:
-        raise ValueError("rotary embeddings need an even head size, "
-                         f"got {config.n_embd // config.n_head}")
+    if any(a not in MIXING for a in config.layer_attn) and head_dim % 2:
+        raise ValueError(f"rotary embeddings need an even head size, got {head_dim}")
     if config.study.fixed_head and config.n_head < 2:
         raise ValueError("fixed_head needs n_head >= 2 (head 0 is the sink, head 1 the fixed), "
                          f"got {config.n_head}")
@@ -679,22 +680,14 @@ class KVCache:
         self.k = [None] * n_layer
         self.v = [None] * n_layer
 
-    def _write(self, bufs, layer, z):
-        """z (B, H, t, hd) at positions pos.. -> every position 0..pos+t-1. The buffers are made
-        again only when the batch, the heads or the dtype change."""
+    def write(self, bufs, layer, z):
+        """z (B, H, t, hd) at positions pos.. written into this layer's keys (bufs=self.k) or values
+        (self.v) -> every position 0..pos+t-1. A new sequence (pos 0) gets new buffers."""
         end = self.pos + z.size(2)
-        shape = (*z.shape[:2], self.size, z.size(3))
-        if bufs[layer] is None or bufs[layer].shape != shape or bufs[layer].dtype != z.dtype:
-            bufs[layer] = z.new_empty(shape)
+        if self.pos == 0:
+            bufs[layer] = z.new_empty(*z.shape[:2], self.size, z.size(3))
         bufs[layer][:, :, self.pos:end] = z
         return bufs[layer][:, :, :end]
-
-    def update(self, layer, k, v):
-        """This layer's new keys (None for mixing) and values written; every cached key and value
-        returned."""
-        if k is not None:
-            k = self._write(self.k, layer, k)
-        return k, self._write(self.v, layer, v)
 
 
 def cross_entropy_sum(logits_of, x, targets, vocab, chunk=LOSS_CHUNK):
@@ -712,10 +705,8 @@ def cross_entropy_sum(logits_of, x, targets, vocab, chunk=LOSS_CHUNK):
         return chunk_loss(x, targets)
     loss = 0
     for xs, ts in zip(x.split(rows), targets.split(rows)):
-        if torch.is_grad_enabled():
-            loss = loss + checkpoint(chunk_loss, xs, ts, use_reentrant=False)
-        else:
-            loss = loss + chunk_loss(xs, ts)
+        # Without gradients checkpoint only calls chunk_loss.
+        loss = loss + checkpoint(chunk_loss, xs, ts, use_reentrant=False)
     return loss
 
 
