@@ -604,10 +604,6 @@ def write_files(runs, histories, out_dir):
 
 COLORS = {"softmax": "tab:blue", "frozen_qk": "tab:orange", "mixing": "tab:green",
           "learned_mixing": "tab:red"}
-# hybrids, in turn
-PATTERN_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray",
-                  "gold", "navy", "teal", "maroon", "lime", "magenta", "peru", "darkslategray",
-                  "khaki", "indigo"]
 FREEZE_STYLES = {"": "-", "mlp": "--", "blocks": ":"}
 # a panel: the metric, what runs along x (iter, flops or time; final: the last eval's list), the
 # title, the y label
@@ -642,23 +638,23 @@ def save(fig, path):
 
 
 def variant_colors(runs):
-    """A colour per variant: its attention's (a hybrid's from a palette), shaded where variants
-    share one (heads)."""
-    # a run's attention: its one kind (mmmm: mixing), or a hybrid's letters
-    kinds = [LETTERS.get(r["attn"][0]) if len(set(r["attn"])) == 1 else r["attn"] for r in runs]
-    patterns = list(dict.fromkeys(k for k in kinds if k not in COLORS))
-    groups = {}
-    for run, kind in zip(runs, kinds):
-        color = COLORS.get(kind) or PATTERN_COLORS[patterns.index(kind) % len(PATTERN_COLORS)]
-        groups.setdefault(color, {}).setdefault(run["variant"], run)
+    """A colour per variant: its attention's where it is the one variant of a kind in COLORS; the
+    others (hybrids, variants that differ in heads or freezing) each a colour of tab20b, in turn."""
+    kinds = {}
+    for run in runs:
+        attn = run["attn"]
+        # a run's attention: its one kind (mmmm: mixing), or a hybrid's letters
+        kinds[run["variant"]] = LETTERS[attn[0]] if len(set(attn)) == 1 else attn
+    others = [name for name, kind in kinds.items()
+              if kind not in COLORS or list(kinds.values()).count(kind) > 1]
     colors = {}
-    for color, members in groups.items():
-        for k, name in enumerate(members):
-            darkness = 1.0 if len(members) == 1 else 0.35 + 0.65 * k / (len(members) - 1)
-            # blended with white
-            colors[name] = tuple(1 - darkness * (1 - c) for c in matplotlib.colors.to_rgb(color))
-            if len(members) > 4:  # too many shades to tell apart: a colour map instead
-                colors[name] = plt.cm.viridis(k / (len(members) - 1))
+    for name, kind in kinds.items():
+        if name in others:
+            k = others.index(name)
+            # tab20b holds none of COLORS' colours: its five hues first, then each a shade lighter
+            colors[name] = plt.cm.tab20b(k % 5 * 4 + k // 5 % 4)
+        else:
+            colors[name] = COLORS[kind]
     return colors
 
 
