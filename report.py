@@ -604,25 +604,19 @@ def write_files(runs, histories, out_dir):
 
 COLORS = {"softmax": "tab:blue", "frozen_qk": "tab:orange", "mixing": "tab:green",
           "learned_mixing": "tab:red"}
-# hybrids, in turn
-PATTERN_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray",
-                  "gold", "navy", "teal", "maroon", "lime", "magenta", "peru", "darkslategray",
-                  "khaki", "indigo"]
 FREEZE_STYLES = {"": "-", "mlp": "--", "blocks": ":"}
 # a panel: the metric, what runs along x (iter, flops or time; final: the last eval's list), the
-# title, the y label
-PANELS = {
-    "val_acc": ("val_acc", "iter", "accuracy", "accuracy (fraction of answers)"),
-    "val_loss": ("val_loss", "iter", "evaluation loss", "cross-entropy"),
-    "induction_score": ("induction_score", "iter", "best head's induction score",
-                        "weight on the token after a match"),
-    "acc_flops": ("val_acc", "flops", "accuracy against training FLOPs", "accuracy"),
-    "acc_time": ("val_acc", "time", "accuracy against training time", "accuracy"),
-    "val_acc_pos": ("val_acc_pos", "final", "final accuracy per answer position", "accuracy"),
-    "induction_layers": ("induction_layers", "final", "final induction score per layer (best head)",
-                         "induction score")}
-X_LABELS = {"iter": "optimizer step", "flops": "training FLOPs", "time": "training time (s)",
-            "val_acc_pos": "answer position", "induction_layers": "layer"}
+# title, the y label, the x label
+PANELS = [
+    ("val_acc", "iter", "accuracy", "accuracy (fraction of answers)", "optimizer step"),
+    ("val_loss", "iter", "evaluation loss", "cross-entropy", "optimizer step"),
+    ("induction_score", "iter", "best head's induction score", "weight on the token after a match",
+     "optimizer step"),
+    ("val_acc", "flops", "accuracy against training FLOPs", "accuracy", "training FLOPs"),
+    ("val_acc", "time", "accuracy against training time", "accuracy", "training time (s)"),
+    ("val_acc_pos", "final", "final accuracy per answer position", "accuracy", "answer position"),
+    ("induction_layers", "final", "final induction score per layer (best head)",
+     "induction score", "layer")]
 # what each score reads with no skill
 # what each score's logged level is, named where a word reads it
 FLOOR_NAMES = {"val_acc": "chance", "val_loss": "the bigram", "induction_score": "at init",
@@ -641,24 +635,32 @@ def save(fig, path):
     print(f"wrote {path}")
 
 
+def style_axes(ax, fraction, **labels):
+    """ax's labels (Axes.set), a light grid, and y from 0 to 1 where it shows a fraction."""
+    ax.set(**labels)
+    if fraction:
+        ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+
+
 def variant_colors(runs):
-    """A colour per variant: its attention's (a hybrid's from a palette), shaded where variants
-    share one (heads)."""
-    # a run's attention: its one kind (mmmm: mixing), or a hybrid's letters
-    kinds = [LETTERS.get(r["attn"][0]) if len(set(r["attn"])) == 1 else r["attn"] for r in runs]
-    patterns = list(dict.fromkeys(k for k in kinds if k not in COLORS))
-    groups = {}
-    for run, kind in zip(runs, kinds):
-        color = COLORS.get(kind) or PATTERN_COLORS[patterns.index(kind) % len(PATTERN_COLORS)]
-        groups.setdefault(color, {}).setdefault(run["variant"], run)
+    """A colour per variant: its attention's where it is the one variant of a kind in COLORS; the
+    others (hybrids, variants that differ in heads or freezing) each a colour of tab20b, in turn."""
+    kinds = {}
+    for run in runs:
+        attn = run["attn"]
+        # a run's attention: its one kind (mmmm: mixing), or a hybrid's letters
+        kinds[run["variant"]] = LETTERS[attn[0]] if len(set(attn)) == 1 else attn
+    others = [name for name, kind in kinds.items()
+              if kind not in COLORS or list(kinds.values()).count(kind) > 1]
     colors = {}
-    for color, members in groups.items():
-        for k, name in enumerate(members):
-            darkness = 1.0 if len(members) == 1 else 0.35 + 0.65 * k / (len(members) - 1)
-            # blended with white
-            colors[name] = tuple(1 - darkness * (1 - c) for c in matplotlib.colors.to_rgb(color))
-            if len(members) > 4:  # too many shades to tell apart: a colour map instead
-                colors[name] = plt.cm.viridis(k / (len(members) - 1))
+    for name, kind in kinds.items():
+        if name in others:
+            k = others.index(name)
+            # tab20b holds none of COLORS' colours: its five hues first, then each a shade lighter
+            colors[name] = plt.cm.tab20b(k % 5 * 4 + k // 5 % 4)
+        else:
+            colors[name] = COLORS[kind]
     return colors
 
 
@@ -671,9 +673,10 @@ def plot_comparison(runs, histories, path):
     panels = {}
     for task_name in tasks:
         measured = [h[-1] for r, h in zip(runs, histories) if r["task"] == task_name]
-        panels[task_name] = [p for p, (key, x, *_) in PANELS.items()
-                             if (x not in ("flops", "time") or cost)
-                             and any(key in m for m in measured)]
+        # a panel's metric and x: panel[0] and panel[1]
+        panels[task_name] = [panel for panel in PANELS
+                             if (panel[1] not in ("flops", "time") or cost)
+                             and any(panel[0] in m for m in measured)]
     ncols = max(map(len, panels.values()))
     colors = variant_colors(runs)
     fig, axes = plt.subplots(len(tasks), ncols, figsize=(5.2 * ncols, 3.6 * len(tasks)),
@@ -684,7 +687,7 @@ def plot_comparison(runs, histories, path):
             if run["task"] == task_name:
                 curves.setdefault(run["variant"], (run, []))[1].append(history)
         for ax, panel in zip(row, panels[task_name]):
-            plot_panel(ax, task_name, PANELS[panel], curves, colors)
+            plot_panel(ax, task_name, panel, curves, colors)
         for ax in row[len(panels[task_name]):]:
             ax.axis("off")
     fig.tight_layout()
@@ -694,7 +697,7 @@ def plot_comparison(runs, histories, path):
 def plot_panel(ax, task_name, panel, curves, colors):
     """One panel of plot_comparison: each variant's curves {variant: (a run, its seeds'
     histories)}."""
-    key, x, title, ylabel = panel
+    key, x, title, ylabel, xlabel = panel
     final = x == "final"
     for name, (run, hs) in curves.items():
         values = np.array([h[-1][key] for h in hs] if final else [[m[key] for m in h] for h in hs])
@@ -713,13 +716,9 @@ def plot_panel(ax, task_name, panel, curves, colors):
             ax.axhline(np.mean([h[-1][level] for h in hs]), ls="--", lw=1,
                        color="gray" if level != "induction_init" else colors[name])
             title = f"{panel[2]} ({note})"
-    ax.set(title=f"{task_name}: {title}", ylabel=ylabel,
-           xlabel=X_LABELS[key if final else x])
-    if key != "val_loss":
-        ax.set_ylim(-0.02, 1.02)
+    style_axes(ax, key != "val_loss", title=f"{task_name}: {title}", ylabel=ylabel, xlabel=xlabel)
     if final:
         ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
 
 
@@ -745,19 +744,16 @@ def plot_cost(finals, path):
         for ax, (what, cost) in zip(row, costs):
             for r in runs:
                 ax.scatter(cost(r), r[score], color=colors[r["variant"]], marker=markers[r["task"]],
-                           s=28, alpha=0.85)
+                           alpha=0.85)
             floor = LEVELS[score][0]
             # each task's chance level or loss floor
             for level in {r[floor] for r in runs if floor in r}:
                 ax.axhline(level, color="gray", ls="--", lw=1)
             # on a log scale where they span more than a decade: labelled ticks
             spent = [cost(r) for r in runs]
-            ax.set(xscale="log" if max(spent) > 10 * min(spent) else "linear", xlabel=what,
-                   ylabel=label, title=f"{label.split(' (')[0]} against {what}")
-            if score == "val_acc":
-                ax.set_ylim(-0.02, 1.02)
-            ax.tick_params(axis="x", which="minor", labelbottom=False)
-            ax.grid(alpha=0.3)
+            scale = "log" if max(spent) > 10 * min(spent) else "linear"
+            style_axes(ax, score == "val_acc", xscale=scale, xlabel=what, ylabel=label,
+                       title=f"{label.split(' (')[0]} against {what}")
     handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=v) for v, c in colors.items()]
     handles += [plt.Line2D([], [], color="black", marker=m, ls="", label=t)
                 for t, m in markers.items()]
@@ -769,24 +765,20 @@ def plot_attention_maps(maps, labels, path, title):
     """A layers x heads grid of heatmaps of maps (L, H, t, t), queries down and keys across, one
     colour bar."""
     L, H, t, _ = maps.shape
-    # MixiT's fixed matrices are no probabilities: a diverging scale around 0
-    signed = maps.min() < 0
-    vmax = float(np.abs(maps).max()) if signed else 1.0
+    # MixiT's fixed matrices are no probabilities: a diverging scale around 0, for softmax too
+    vmax = float(np.abs(maps).max())
     cell = 2.6 if labels is None else max(2.6, 0.17 * t + 0.9)
     fig, axes = plt.subplots(L, H, figsize=(cell * H + 1.5, cell * L + 0.8), squeeze=False,
                              layout="constrained")
     for (l, h), ax in np.ndenumerate(axes):
-        im = ax.imshow(maps[l, h], cmap="RdBu_r" if signed else "Blues",
-                       vmin=-vmax if signed else 0.0, vmax=vmax)
-        ax.set_title(f"layer {l}, head {h}", fontsize=10)
+        im = ax.imshow(maps[l, h], cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+        ax.set_title(f"layer {l}, head {h}")
         if labels is not None:
             ax.set_xticks(range(t), labels, rotation=90, fontsize=7)
             ax.set_yticks(range(t), labels, fontsize=7)
-        if l == L - 1:
-            ax.set_xlabel("position read")
-        if h == 0:
-            ax.set_ylabel("reading position")
     fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
+    fig.supxlabel("position read")
+    fig.supylabel("reading position")
     fig.suptitle(title)
     save(fig, path)
 
@@ -797,8 +789,7 @@ def plot_induction(scores, path, title):
     fig, ax = plt.subplots(figsize=(1.0 * H + 2.5, 0.8 * L + 1.5), layout="constrained")
     im = ax.imshow(scores, cmap="viridis", vmin=0.0, vmax=1.0)
     for (l, h), v in np.ndenumerate(scores):
-        ax.text(h, l, f"{v:.2f}", ha="center", va="center", color="black" if v > 0.6 else "white",
-                fontsize=9)
+        ax.text(h, l, f"{v:.2f}", ha="center", va="center", color="black" if v > 0.6 else "white")
     ax.set(xticks=range(H), yticks=range(L), xlabel="head", ylabel="layer", title=title)
     fig.colorbar(im, ax=ax, label="induction score")
     save(fig, path)
@@ -808,16 +799,16 @@ def plot_propagation(stats, width, path):
     """Token covariance (log scale) and similarity against depth at init, mean ± std: stats
     {network: (mean, std)}."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
-    for (name, (mean, std)), color in zip(stats.items(), (COLORS["mixing"], "tab:gray", "tab:olive",
-                                                          COLORS["softmax"])):
+    # MixiT's colour as in COLORS, its two ablations', a random transformer's as softmax's
+    palette = ("tab:green", "tab:gray", "tab:olive", "tab:blue")
+    for (name, (mean, std)), color in zip(stats.items(), palette):
         for k, ax in enumerate(axes):
             ax.plot(mean[:, k], color=color, label=name)
             ax.fill_between(range(len(mean)), mean[:, k] - std[:, k], mean[:, k] + std[:, k],
                             color=color, alpha=0.2)
     for ax, what in zip(axes, ("covariance", "cosine similarity")):
-        ax.set(xlabel="layer", ylabel=f"mean token {what}",
-               title=f"token {what} at init, width {width}")
-        ax.grid(alpha=0.3)
+        style_axes(ax, False, xlabel="layer", ylabel=f"mean token {what}",
+                   title=f"token {what} at init, width {width}")
         ax.legend(fontsize=8)
     axes[0].set_yscale("log")
     save(fig, path)
@@ -827,7 +818,8 @@ def plot_express(rows, path):
     """sample.py --express=init: each pattern's residual against the number of heads, a panel per
     pattern, a colour per variant, solid at the shorter length and dashed at the longer."""
     patterns = [k for k in rows[0] if k not in ("T", "heads", "variant")]
-    palette = (COLORS["mixing"], "tab:olive", COLORS["softmax"], COLORS["frozen_qk"])
+    # mixing's, softmax's and frozen_qk's colours as in COLORS
+    palette = ("tab:green", "tab:olive", "tab:blue", "tab:orange")
     lengths = sorted({r["T"] for r in rows})
     heads = sorted({r["heads"] for r in rows})
     fig, axes = plt.subplots(1, len(patterns), figsize=(4.2 * len(patterns), 3.8),
@@ -839,11 +831,10 @@ def plot_express(rows, path):
                           if r["variant"] == variant and r["T"] == T]
                 ax.plot(*zip(*points), "o-" if T == lengths[0] else "s--", color=color,
                         label=f"{variant}, T={T}")
-        ax.set(xscale="log", xlabel="heads", ylabel="residual (0: formed, 1: nothing of it)",
-               ylim=(-0.02, 1.02), title=pattern)
-        ax.set_xticks(heads, [str(h) for h in heads])
+        style_axes(ax, True, xscale="log", xlabel="heads",
+                   ylabel="residual (0: formed, 1: nothing of it)", title=pattern)
+        ax.set_xticks(heads, heads)
         ax.minorticks_off()
-        ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     save(fig, path)
 

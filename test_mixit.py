@@ -24,7 +24,6 @@ import types
 import zipfile
 from collections import Counter
 
-import matplotlib.colors
 import numpy as np
 import pytest
 import torch
@@ -3234,8 +3233,9 @@ def test_cost_plot_scores_language_models_by_validation_loss(tmp_path, monkeypat
     points = [c.get_offsets().tolist() for c in ax.collections]
     assert len(points) == len(variants) and all(len(p) == 1 for p in points)
     assert len({tuple(c.get_facecolor()[0]) for c in ax.collections}) == len(variants)
-    hybrids = sorted(report.variant_colors(runs)[v] for v in variants if len(set(v)) == 2)  # each its own, unshaded
-    assert np.allclose(hybrids, sorted(matplotlib.colors.to_rgb(c) for c in report.PATTERN_COLORS[:14]))
+    colors = report.variant_colors(runs)  # a kind's one variant: its colour; the rest (hybrids, frozen_qk's two): tab20b's
+    assert [colors["ssss"], colors["mmmm"]] == [report.COLORS["softmax"], report.COLORS["mixing"]]
+    assert [colors["mmms"], colors["frozen_qk"]] == [report.plt.cm.tab20b(0), report.plt.cm.tab20b(18)]
     assert [a.get_ylabel() for a in figures[1].axes[::2]] == ["validation loss (nats per token)", "final accuracy"]
 
 
