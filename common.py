@@ -91,7 +91,7 @@ class Stop:
                 # Python (a rendezvous with the launcher's store gone): then the process ends here.
                 time.sleep(5)
                 if self.starting and not self.signum:
-                    print(early_stop_line(signal.SIGHUP), file=sys.stderr, flush=True)
+                    print_line(early_stop_line(signal.SIGHUP))
                     os._exit(128 + signal.SIGHUP)
                 return
 
@@ -101,27 +101,33 @@ class Stop:
             signal.signal(signum, handler)
 
 
+def print_line(line):
+    """Write one line to stderr in a single write: lines from processes sharing the stream never
+    run together."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def cli(main, argv):
     """Run main(argv) and return its exit status: an error's one line on stderr (2, 1), or 128 + a
     signal; no traceback."""
     try:
         main(argv)
     except (ConfigError, TrainingError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print_line(f"error: {e}")
         return EXIT_STATUS[type(e)]
     except Interrupted as e:
         if len(e.args) > 1:
-            print(e.args[1], file=sys.stderr)
+            print_line(e.args[1])
         return 128 + e.args[0]
     except KeyboardInterrupt:
-        print("stopped at once by Ctrl-C, without a checkpoint", file=sys.stderr)
+        print_line("stopped at once by Ctrl-C, without a checkpoint")
         return 128 + signal.SIGINT
     # a collective that lost another process of the job (which says why in its own line)
     except RuntimeError as e:
         if not isinstance(e, dist.DistError) and "gloo" not in str(e):
             raise
-        print(f"error: rank {os.environ.get('RANK')}: lost another process ({str(e)[:150]})",
-              file=sys.stderr)
+        print_line(f"error: rank {os.environ.get('RANK')}: lost another process ({str(e)[:150]})")
         return 1
     return 0
 
