@@ -1010,9 +1010,11 @@ def evaluate(model, task, split, batch_size, env):
         tallies.index_add_(1, place, torch.stack([right[scored], scored[scored]]).to(total))
     loss, answers, right, rows, exact, margin, margin_sq = env.all_reduce(sums).tolist()
     hits, counts = env.all_reduce(tallies).tolist()
+    # An evaluation that scores no token has no loss: nan, which is never the best.
+    loss = loss / answers if answers else math.nan
     answers = max(answers, 1)
     rows = max(rows, 1)
-    return {"loss": loss / answers, "acc": right / answers, "exact": exact / rows,
+    return {"loss": loss, "acc": right / answers, "exact": exact / rows,
             "margin_std": math.sqrt(max(margin_sq / rows - (margin / rows) ** 2, 0.0)),
             "acc_pos": [h / c for h, c in zip(hits, counts) if c]}
 

@@ -277,13 +277,10 @@ class RunKeeper:
         state.loss_tokens = 0
         evals = eval_metrics(self.model, self.task, self.config["batch_size"], self.env,
                              self.chance)
-        # An evaluation that scores no token reads loss 0 and accuracy 0 (one that scores any reads
-        # a loss of 0 only where every answer is right): it has no loss, and is never the best.
-        if not evals["val_loss"] and not evals["val_acc"]:
-            evals["val_loss"] = math.nan
         scores = {"iter": state.iter_num, "train_loss": train_loss, **evals}
         metrics = {**scores, "lr": lr, "tokens": state.tokens, "samples": state.samples,
                    "flops": state.flops, "time": round(state.train_time, 2)}
+        # A nan val_loss (an evaluation that scored no token) is never the best.
         best = metrics["val_loss"] < state.best_val_loss
         if best:
             state.best_val_loss = metrics["val_loss"]

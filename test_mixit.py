@@ -1275,6 +1275,10 @@ def test_evaluation_of_a_batch_built_by_hand():
     assert got["loss"] == pytest.approx((4 * right + 2 * wrong) / 6) and got["acc"] == pytest.approx(4 / 6)
     assert got["exact"] == pytest.approx(1 / 3)
     assert got["acc_pos"] == pytest.approx([2 / 3, 1, 0])  # a row's 1st, 2nd and 3rd answers
+    # The row with no answer alone: no token scored, no loss (nan, never the best).
+    task.eval_batches = lambda split, size, rank, world: iter([(pred[3:], y[3:])])
+    nothing = data.evaluate(Predicts(5, lambda x: x), task, "test", 8, common.setup("cpu", "float32"))
+    assert math.isnan(nothing["loss"]) and nothing["acc"] == 0 and nothing["exact"] == 0
 
 
 class NoFloat64(torch.overrides.TorchFunctionMode):
@@ -4565,9 +4569,9 @@ def test_the_latest_checkpoint_at_every_eval_and_on_time_the_best_apart(tmp_path
     assert len(read_metrics(tmp_path)) == 3
 def test_best_pt_survives_a_lost_metrics_file_and_an_eval_that_scores_nothing(tmp_path, monkeypatch, capsys):
     """best.pt (iter 2, val_loss 1) stays the best when metrics.jsonl is emptied before a resume whose evals read 3
-    and 2: the checkpoint keeps the best val_loss. An eval that scores no token (loss 0 and accuracy 0) logs
-    val_loss nan and is never the best."""
-    losses = iter([1.0, 3.0, 2.0, 0.0])
+    and 2: the checkpoint keeps the best val_loss. An eval that scores no token (val_loss nan, as evaluate reads it)
+    logs val_loss nan and is never the best."""
+    losses = iter([1.0, 3.0, 2.0, math.nan])
     monkeypatch.setattr(keeper, "eval_metrics", lambda *args: {"val_loss": next(losses), "val_acc": 0.0})
     args = ["--task=addition_2", "--eval_interval=2", "--lr_decay_iters=8", "--attn=softmax", "--n_layer=1",
             "--n_embd=16"]
