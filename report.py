@@ -1,10 +1,8 @@
 """
-Every picture and report: a comparison's table of final metrics (results.md), runs (runs.json),
-curves (compare.png) and headline scores against training cost (cost.png); the pictures of
-sample.py's and bench.py's numbers.
+Every picture and report: a comparison's table of final metrics (results.md), runs (runs.json) and
+curves (compare.png); the pictures of sample.py's and bench.py's numbers.
 
-  python report.py out/where_cpu                # its results.md, runs.json, compare.png, cost.png
-  python report.py out/where_cpu out/when_cpu --out_dir=out   # cost.png over every run of both
+  python report.py out/where_cpu                # its results.md, runs.json and compare.png again
   python report.py configs/claims.py            # every claim's verdict, from the stored runs
   python report.py configs/claims.py --runs_dir=out   # ... from your own runs of its commands
 """
@@ -25,7 +23,7 @@ from common import ConfigError, check_writable, cli, configure, format_time, wri
 from mixit import ATTNS, FIXED_HEADS, LETTERS, MIXING
 
 DEFAULTS = {
-    # where the files go; '': the folders' common parent (the folder itself, given one)
+    # where the files go; '': the comparison's folder itself
     "out_dir": "",
     # a claims file's comparisons: the stored summaries, or a folder of your own
     "runs_dir": "assets/runs"}
@@ -513,6 +511,12 @@ def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, 
             "margin, stake": stakes + f" of {room:.3g}" * (room < math.inf)}
 
 
+def headline(final):
+    """The score a run is judged by: a language model's validation loss (it has no chance level),
+    else accuracy."""
+    return "val_loss" if "val_ppl" in final and "val_acc_chance" not in final else "val_acc"
+
+
 def rule_rows(finals):
     """results.md's reading of the rule: each variant against the first, per task, on the task's
     headline score."""
@@ -597,7 +601,6 @@ def write_files(runs, histories, out_dir):
                  lambda f: f.write(json.dumps(finals, indent=1).encode()))
     print(f"wrote {os.path.join(out_dir, 'results.md')} and runs.json")
     plot_comparison(finals, histories, os.path.join(out_dir, "compare.png"))
-    plot_cost(finals, os.path.join(out_dir, "cost.png"))
 
 
 # --------------------------------------------------------------------- plots
@@ -624,8 +627,6 @@ FLOOR_NAMES = {"val_acc": "chance", "val_loss": "the bigram", "induction_score":
 LEVELS = {"val_acc": ("val_acc_chance", "dashed: chance"),
           "val_loss": ("val_loss_floor", "dashed: floor"),
           "induction_score": ("induction_init", "dashed: at init")}
-# a score's axis label
-HEADLINES = {"val_acc": "final accuracy", "val_loss": "validation loss (nats per token)"}
 
 
 def save(fig, path):
@@ -720,45 +721,6 @@ def plot_panel(ax, task_name, panel, curves, colors):
     if final:
         ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=7)
-
-
-def headline(final):
-    """The score a run is judged by: a language model's validation loss (it has no chance level),
-    else accuracy."""
-    return "val_loss" if "val_ppl" in final and "val_acc_chance" not in final else "val_acc"
-
-
-def plot_cost(finals, path):
-    """Each run's headline score against training FLOPs and time per sample: a colour per variant, a
-    marker per task."""
-    colors = variant_colors(finals)
-    markers = {task: "os^DvP*Xh<>p"[k % 12] for k, task in enumerate(tasks_of(finals))}
-    scores = list(dict.fromkeys(map(headline, finals)))
-    fig, axes = plt.subplots(len(scores), 2, figsize=(12, 4.6 * len(scores)), squeeze=False,
-                             layout="constrained")
-    costs = (("training FLOPs", lambda r: r["flops"]),
-             ("training time per sample (ms)", lambda r: 1e3 * r["time"] / r["samples"]))
-    for row, score in zip(axes, scores):
-        runs = [r for r in finals if headline(r) == score]
-        label = HEADLINES[score]
-        for ax, (what, cost) in zip(row, costs):
-            for r in runs:
-                ax.scatter(cost(r), r[score], color=colors[r["variant"]], marker=markers[r["task"]],
-                           alpha=0.85)
-            floor = LEVELS[score][0]
-            # each task's chance level or loss floor
-            for level in {r[floor] for r in runs if floor in r}:
-                ax.axhline(level, color="gray", ls="--", lw=1)
-            # on a log scale where they span more than a decade: labelled ticks
-            spent = [cost(r) for r in runs]
-            scale = "log" if max(spent) > 10 * min(spent) else "linear"
-            style_axes(ax, score == "val_acc", xscale=scale, xlabel=what, ylabel=label,
-                       title=f"{label.split(' (')[0]} against {what}")
-    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=v) for v, c in colors.items()]
-    handles += [plt.Line2D([], [], color="black", marker=m, ls="", label=t)
-                for t, m in markers.items()]
-    fig.legend(handles=handles, loc="outside right upper", fontsize=7, ncols=1 + len(handles) // 25)
-    save(fig, path)
 
 
 def plot_attention_maps(maps, labels, path, title):
@@ -1001,28 +963,25 @@ def holm(family):
 
 
 def main(argv):
-    """One comparison folder: its report again, from its runs' metrics.jsonl; several: the cost plot
-    of all runs; a claims file: every claim's verdict from the runs under runs_dir."""
+    """One comparison folder: its report again, from its runs' metrics.jsonl; a claims file: every
+    claim's verdict from the runs under runs_dir."""
     config = configure(DEFAULTS, [a for a in argv if a.startswith("--")], files=False)
-    folders = [a for a in argv if not a.startswith("--")]
-    if folders and folders[0].endswith(".py"):
-        return print(claims_report(folders[0], config["runs_dir"]), end="")
-    if not folders:
-        raise ConfigError("name the folders of finished train.py comparisons: "
-                          "python report.py DIR [DIR ...]")
-    out = config["out_dir"] or os.path.relpath(
-        os.path.commonpath([os.path.abspath(f) for f in folders]))
-    runs = [read_json(os.path.join(folder, "runs.json")) for folder in folders]
+    names = [a for a in argv if not a.startswith("--")]
+    if len(names) != 1:
+        raise ConfigError("name one folder of a finished train.py comparison "
+                          "(python report.py DIR) or a claims file (python report.py CLAIMS.py)")
+    folder = names[0]
+    if folder.endswith(".py"):
+        return print(claims_report(folder, config["runs_dir"]), end="")
+    out = config["out_dir"] or os.path.relpath(folder)
+    runs = read_json(os.path.join(folder, "runs.json"))
     check_writable(out)
-    if len(folders) > 1:
-        print(f"{sum(map(len, runs))} runs of {len(folders)} comparisons")
-        plot_cost([r for rs in runs for r in rs], os.path.join(out, "cost.png"))
-    elif "run_dir" not in runs[0][0]:
-        raise ConfigError(f"{folders[0]}/runs.json names no run folders (an older train.py wrote "
-                          f"it); run its train.py command again with --init_from=resume")
-    else:
-        write_files(runs[0], [read_json(os.path.join(folders[0], r["run_dir"], "metrics.jsonl"),
-                                        lines=True) for r in runs[0]], out)
+    if "run_dir" not in runs[0]:
+        raise ConfigError(f"{folder}/runs.json names no run folders (an older train.py wrote it); "
+                          f"run its train.py command again with --init_from=resume")
+    histories = [read_json(os.path.join(folder, r["run_dir"], "metrics.jsonl"), lines=True)
+                 for r in runs]
+    write_files(runs, histories, out)
 
 
 if __name__ == "__main__":

@@ -1821,7 +1821,7 @@ def test_mixing_heads_run_mixit_at_each_head_count(tmp_path, capsys):
     assert run_train(tmp_path, "--task=addition_2", "--attn=softmax,mixing", "--max_iters=2", "--eval_interval=2",
                      *FAST, "--mixing_heads=1,4") == 0
     assert sorted(os.listdir(tmp_path)) == [".lock", "addition_2-mixing-h1", "addition_2-mixing-h4",
-                                            "addition_2-softmax", "compare.png", "cost.png", "results.md", "runs.json"]
+                                            "addition_2-softmax", "compare.png", "results.md", "runs.json"]
     assert load_ckpt(tmp_path / "addition_2-mixing-h4")["model_args"]["n_head"] == 4
     assert load_ckpt(tmp_path / "addition_2-softmax")["model_args"]["n_head"] == 2
     assert "| addition_2 | mixing h=1 | 1 | 2 |" in capsys.readouterr().out
@@ -3108,18 +3108,18 @@ def test_unshaped_mixing_is_plain_random_attention_and_the_sinkless_head_the_ide
 
 
 def test_report_redoes_a_finished_comparison_from_its_runs_files(tmp_path):
-    """python report.py DIR: the results.md, runs.json, compare.png and cost.png train.py wrote, again, from the runs'
-    own files (runs.json names each run's folder)."""
+    """python report.py DIR: the results.md, runs.json and compare.png train.py wrote, again, from the runs' own files
+    (runs.json names each run's folder)."""
     assert run_train(tmp_path, "--task=addition_2", "--attn=softmax,mixing", "--max_iters=2", "--eval_interval=1",
                      *FAST) == 0
     written = {name: (tmp_path / name).read_text() for name in ("results.md", "runs.json")}
-    for name in ("results.md", "compare.png", "cost.png"):
+    for name in ("results.md", "compare.png"):
         (tmp_path / name).unlink()
     proc = subprocess.run([sys.executable, "report.py", str(tmp_path)], cwd=HERE, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert {name: (tmp_path / name).read_text() for name in written} == written
-    assert is_png(tmp_path / "compare.png") and is_png(tmp_path / "cost.png")
+    assert is_png(tmp_path / "compare.png")
     assert [r["run_dir"] for r in json.loads(written["runs.json"])] == ["addition_2-softmax", "addition_2-mixing"]
 
 
@@ -3150,7 +3150,7 @@ def test_report_files_and_plots_hold_each_runs_numbers(tmp_path, monkeypatch):
     """write_report on 3 runs set by hand (softmax at seeds 0 and 1, mixing at seed 0; 8 sequences a micro-batch, 3
     micro-batches a step, 5 steps): results.md's mean ± sample std over seeds, runs.json's step in samples (8 x 3),
     samples seen (5 steps of 24), folder, hardware and seconds; compare.png's curves (the seeds' mean at each
-    evaluation) and chance line; cost.png's points at (FLOPs, accuracy) and (1000 x time / samples, accuracy)."""
+    evaluation) and chance line."""
     base = dict(train.DEFAULTS, task="addition_2", mixing_heads="", batch_size=8, gradient_accumulation_steps=3,
                 model="2 layers")
     runs = [dict(base, attn=attn, seed=seed, out_dir=str(tmp_path / f"run{k}"))
@@ -3179,7 +3179,7 @@ def test_report_files_and_plots_hold_each_runs_numbers(tmp_path, monkeypatch):
         ("softmax", 0, "run0", 0.2), ("softmax", 1, "run1", 0.4), ("mixing", 0, "run2", 0.9)]
     assert all(r["step_samples"] == 24 and r["samples"] == 120 and r["hardware"] == "1 x cpu" and r["seconds"] == 75
                for r in finals)
-    compare, cost = figures
+    (compare,) = figures
     acc = compare.axes[0]
     curves = {line.get_label(): line.get_xydata() for line in acc.lines if line.get_label()[0] != "_"}
     assert list(curves) == ["softmax", "mixing"] and np.allclose(curves["mixing"], [[1, 0.5], [5, 0.9]])
@@ -3191,24 +3191,19 @@ def test_report_files_and_plots_hold_each_runs_numbers(tmp_path, monkeypatch):
     assert np.allclose(by_pairs["softmax"], [[0, 0.2], [1, 0.4]])
     assert np.allclose(by_pairs["mixing"], [[0, 1.0], [1, 0.8]])
     assert compare.axes[2].get_xlabel() == "answer position"
-    points = [[c.get_offsets().tolist()[0] for c in ax.collections] for ax in cost.axes[:2]]
-    assert points[0] == [[1e9, 0.2], [2e9, 0.4], [3e9, 0.9]]
-    assert np.allclose(points[1], [[1e3 * 2 / 120, 0.2], [1e3 * 4 / 120, 0.4], [1e3 * 6 / 120, 0.9]])
-    assert [ax.get_xlabel() for ax in cost.axes[:2]] == ["training FLOPs", "training time per sample (ms)"]
-    assert [line.get_ydata()[0] for line in cost.axes[0].lines] == [0.25]  # chance
 
 
-def test_cost_plot_of_several_comparisons(tmp_path, capsys):
-    """report.py on several finished comparisons: cost.png over all their runs, by default in their common parent; a
-    folder without runs.json is one line, status 2, and nothing written."""
-    for name in ("where", "when"):
-        (tmp_path / name).mkdir()
-        runs = [dict(task="mqar_4", variant=v, attn=v, freeze="", seed=0, model="m", samples=6400, flops=1e12 * k,
-                     time=2.0 * k, val_acc=0.2 * k) for k, v in enumerate(["softmax", "mmsm", "frozen_qk"], 1)]
-        (tmp_path / name / "runs.json").write_text(json.dumps(runs))
-    assert cli(report.main, [str(tmp_path / "where"), str(tmp_path / "when")]) == 0
-    assert "6 runs" in capsys.readouterr().out and is_png(tmp_path / "cost.png")
-    assert cli(report.main, [str(tmp_path / "where"), str(tmp_path / "nowhere"), f"--out_dir={tmp_path / 'new'}"]) == 2
+def test_report_takes_one_folder_or_a_claims_file(tmp_path, capsys):
+    """report.py on several folders, or none, is one line, status 2; so is one folder without runs.json, or whose
+    runs.json names no run folders, or an out_dir that is no folder; nothing written."""
+    runs = [dict(task="mqar_4", variant="softmax", attn="softmax", freeze="", seed=0, model="m", val_acc=0.2)]
+    (tmp_path / "where").mkdir()
+    (tmp_path / "where" / "runs.json").write_text(json.dumps(runs))
+    for names in ([str(tmp_path / "where"), str(tmp_path / "where")], []):
+        assert cli(report.main, names) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "name one folder of a finished train.py comparison" in err
+    assert cli(report.main, [str(tmp_path / "nowhere"), f"--out_dir={tmp_path / 'new'}"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nowhere/runs.json (No such file or directory); a finished train.py" in err
     assert not (tmp_path / "new").exists()
@@ -3216,31 +3211,18 @@ def test_cost_plot_of_several_comparisons(tmp_path, capsys):
     assert "is not writable" in capsys.readouterr().err
     assert cli(report.main, [str(tmp_path / "where")]) == 2  # one folder: its runs' files, which these runs lack
     assert "names no run folders" in capsys.readouterr().err
+    assert os.listdir(tmp_path / "where") == ["runs.json"]
 
 
-def test_cost_plot_scores_language_models_by_validation_loss(tmp_path, monkeypatch):
-    """A language model's headline score is its validation loss (no 0-1 range, no chance line), a task's its accuracy:
-    a row of each; one point per run, a colour per variant, for a hybrid study's many patterns too."""
-    lm = dict(task="wikitext2_bytes", freeze="", seed=0, samples=640, flops=1e12, time=2.0, val_acc=0.4, val_ppl=90.0)
+def test_variant_colors_keep_a_lone_kinds_colour():
+    """compare.png's colours: a kind's one variant takes its colour; the rest (hybrids, frozen_qk's two variants) each
+    one of tab20b's, a colour per variant for a hybrid study's many patterns too."""
     variants = ["".join(p) for p in itertools.product("ms", repeat=4)] + ["frozen_qk", "frozen_qk unfreeze@50%"]
-    runs = [dict(lm, variant=v, attn=v.split()[0], val_loss=4.5 - k / 10) for k, v in enumerate(variants)]
-    task = dict(lm, task="mqar_4", variant="softmax", attn="softmax", val_loss=1.0, val_acc_chance=0.25)
-    figures = []
-    monkeypatch.setattr(report.plt, "close", figures.append)
-    report.plot_cost(runs, tmp_path / "lm.png")
-    report.plot_cost(runs + [task], tmp_path / "both.png")
-    ax = figures[0].axes[0]
-    assert ax.get_ylabel() == "validation loss (nats per token)"
-    assert ax.get_title() == "validation loss against training FLOPs"
-    assert ax.get_ylim()[1] > 4.5 and not ax.lines  # no accuracy range, no chance level
-    assert ax.get_xscale() == "linear"  # costs within a decade: a log axis would show no tick label
-    points = [c.get_offsets().tolist() for c in ax.collections]
-    assert len(points) == len(variants) and all(len(p) == 1 for p in points)
-    assert len({tuple(c.get_facecolor()[0]) for c in ax.collections}) == len(variants)
-    colors = report.variant_colors(runs)  # a kind's one variant: its colour; the rest (hybrids, frozen_qk's two): tab20b's
+    runs = [dict(variant=v, attn=v.split()[0]) for v in variants]
+    colors = report.variant_colors(runs)
+    assert len(set(colors.values())) == len(variants)
     assert [colors["ssss"], colors["mmmm"]] == [report.COLORS["softmax"], report.COLORS["mixing"]]
     assert [colors["mmms"], colors["frozen_qk"]] == [report.plt.cm.tab20b(0), report.plt.cm.tab20b(18)]
-    assert [a.get_ylabel() for a in figures[1].axes[::2]] == ["validation loss (nats per token)", "final accuracy"]
 
 
 # ===== bench.py
@@ -3870,7 +3852,6 @@ def test_results_md_prints_what_the_rule_reads(tmp_path, monkeypatch):
     interval and p (Welch: 2 degrees of freedom here, t 4.303), the steps and the word for each direction; one seed: no
     interval, the spread unknown."""
     monkeypatch.setattr(report, "plot_comparison", lambda *a: None)
-    monkeypatch.setattr(report, "plot_cost", lambda *a: None)
     runs = [dict(r, hardware="cpu", seconds=1.0, step_samples=8, model="m") for r in rule_finals()]
     histories = [[{k: r[k] for k in ("iter", "val_acc", "val_acc_chance")}] for r in runs]
     report.write_files(runs, histories, str(tmp_path))

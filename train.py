@@ -458,7 +458,7 @@ def take_out_dir(runs, out_dir, env):
     previous jobs) moves to out_dir/previous-N first, said so."""
     lock = lock_folder(out_dir)
     # a run's files, or a comparison's report
-    names = ("ckpt.pt", "metrics.jsonl", "results.md", "runs.json", "compare.png", "cost.png")
+    names = ("ckpt.pt", "metrics.jsonl", "results.md", "runs.json", "compare.png")
     folders = {out_dir} | {run["out_dir"] for run in runs}
     earlier = [os.path.join(folder, name) for folder in folders for name in names]
     if runs[0]["init_from"] == "resume" or not any(map(os.path.isfile, earlier)):

@@ -6,12 +6,9 @@
 # Training: 1,000 steps of 64 sequences, lr 1e-3.
 #   python train.py configs/depth_cpu.py --seeds=3
 # The embedding-only comparison in depth, where a 2-layer random transformer learns its task (addition does not at
-# CPU widths: 0.48 at width 256 after 1,000 steps, its chance level 0.33): Dyck-16 at 2, 4, 8 and 16 layers, then
-# their accuracy against training FLOPs, the chance level dashed:
+# CPU widths: 0.48 at width 256 after 1,000 steps, its chance level 0.33): Dyck-16 at 2, 4, 8 and 16 layers:
 #   python train.py configs/depth_cpu.py --seeds=3 --task=dyck_16 --freeze=blocks --n_layer=2 --batch_size=128 \
 #       --max_iters=600 --learning_rate=3e-3 --out_dir=out/depth_dyck_cpu/L2        # and L4, L8, L16 with --n_layer
-#   python report.py out/depth_dyck_cpu/L2 out/depth_dyck_cpu/L4 out/depth_dyck_cpu/L8 out/depth_dyck_cpu/L16 \
-#       --out_dir=out/depth_dyck_cpu
 # The same with MixiT's head 1 the prefix mean (--fixed_head=mean), which a random softmax layer forms at init:
 #   python train.py configs/depth_cpu.py --seeds=3 --task=dyck_16 --freeze=blocks --attn=mixing --fixed_head=mean \
 #       --n_layer=2 --batch_size=128 --max_iters=600 --learning_rate=3e-3 --out_dir=out/depth_dyck_mean/L2  # L4-L16

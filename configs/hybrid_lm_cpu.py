@@ -21,8 +21,6 @@
 #   python train.py configs/hybrid_lm_cpu.py --seeds=3 --attn=frozen_qk --unfreeze_at=0%,50%,never --out_dir=out/hybrid_lm_when
 #   python train.py configs/hybrid_lm_cpu.py --seeds=3 --attn=learned_mixing --unfreeze_at=50%,never \
 #       --out_dir=out/hybrid_lm_learned
-# Validation loss against training FLOPs, every run: python report.py out/hybrid_lm_cpu out/hybrid_lm_two \
-#   out/hybrid_lm_frozen out/hybrid_lm_mixit out/hybrid_lm_standard out/hybrid_lm_when out/hybrid_lm_learned
 task = "wikitext2_bytes"
 out_dir = "out/hybrid_lm_cpu"
 attn = "mmmm,ssss,smmm,msmm,mmsm,mmms"

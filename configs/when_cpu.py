@@ -1,7 +1,7 @@
 # Beyond the paper: when must attention and the MLPs learn? Frozen-QK's W_Q, W_K, alone or with every MLP also frozen
 # at init, start training at 0, 25, 50 or 75 % of the run, or never, on in-context recall (retrieval_4), decimal
 # addition (addition_3) and memorization (memorize_32). A late start saves their weight gradients until then:
-# accuracy against training FLOPs and time (compare.png, cost.png, runs.json) answers whether it pays.
+# accuracy against training FLOPs and time (compare.png, runs.json) answers whether it pays.
 # Model: 2 layers, width 64, 4 heads.
 # Training: 600 steps of 64 sequences, lr 1e-3.
 #   python train.py configs/when_cpu.py --seeds=3
