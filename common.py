@@ -286,9 +286,9 @@ class Env:
             return nullcontext()
         return torch.autocast(self.device_type, dtype=self.dtype)
 
-    def print(self, *args, **kwargs):
+    def print(self, line):
         if self.master:
-            print(*args, **kwargs, flush=True)
+            print(line, flush=True)
 
     def describe(self):
         """The hardware behind a measurement: processes, device model, the matmul rate that mfu
@@ -507,7 +507,7 @@ def peak_flops(device, dtype=torch.float32):
 CKPT_KEYS = ("model", "model_args", "config")
 
 
-def load_checkpoint(path, device="cpu"):
+def load_checkpoint(path, device):
     """A train.py checkpoint, read with weights_only (it runs no code); anything else is a one-line
     ConfigError."""
     if not os.path.isfile(path):
@@ -573,7 +573,6 @@ def write_atomic(path, write, room=0):
     intact. A failed write (a full disk), or a Ctrl-C within it, leaves it too, and no path.tmp; a
     failed write ends in write_failed's one line, room the bytes the save needs (where known)."""
     tmp = path + ".tmp"
-    folder = os.path.dirname(path) or "."
     try:
         with open(tmp, "wb") as f:
             write(f)
@@ -581,7 +580,7 @@ def write_atomic(path, write, room=0):
             os.fsync(f.fileno())
         os.replace(tmp, path)
         # the rename itself survives a crash once the folder is synced
-        folder_fd = os.open(folder, os.O_RDONLY)
+        folder_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
         os.fsync(folder_fd)
         os.close(folder_fd)
     except BaseException as e:
@@ -618,9 +617,14 @@ def lock_folder(folder):
     """An out_dir has one run at a time: its flock on folder/.lock (the kernel frees it when the
     process dies), for the with-block this opens; a second run ends in one line."""
     path = os.path.join(folder, ".lock")
+    lock = None
     try:
         lock = open(path, "a+")
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # unbuffered: a full disk fails this write, not the close
+        lock.truncate(0)
+        os.write(lock.fileno(), f"the run of pid {os.getpid()} on {socket.gethostname()}, started "
+                                f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
     except BlockingIOError:
         lock.seek(0)
         holder = lock.read()
@@ -628,14 +632,9 @@ def lock_folder(folder):
         raise ConfigError(f"{folder} is in use by {holder}: wait for that run to end, or choose "
                           f"another --out_dir") from None
     except OSError as e:
-        raise write_failed(path, e) from None
-    # unbuffered: a full disk fails this write, not the close
-    try:
-        lock.truncate(0)
-        os.write(lock.fileno(), f"the run of pid {os.getpid()} on {socket.gethostname()}, started "
-                                f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
-    except OSError as e:
-        lock.close()
+        # a lock opened but not written to is closed
+        if lock:
+            lock.close()
         raise write_failed(path, e) from None
     return lock
 

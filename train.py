@@ -440,11 +440,12 @@ def build_tasks(runs):
                 raise ConfigError(str(e)) from None
         run["model"] = describe_model(model_config(run, tasks[run["task"]]))
     ckpts = [os.path.join(run["out_dir"], "ckpt.pt") for run in runs]
+    has_ckpt = any(map(os.path.isfile, ckpts))
     # A restarted attempt (torchrun --max_restarts) continues from the last one's checkpoints.
-    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0" and any(map(os.path.isfile, ckpts)):
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0" and has_ckpt:
         for run in runs:
             run["init_from"] = "resume"
-    if runs[0]["init_from"] == "resume" and not any(map(os.path.isfile, ckpts)):
+    if runs[0]["init_from"] == "resume" and not has_ckpt:
         where = " or ".join(ckpts[:2])
         if len(ckpts) > 2:
             where += f" (or {len(ckpts) - 2} more)"
