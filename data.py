@@ -741,10 +741,10 @@ class TextTask:
             return len(self.starts(split)) - 1
         return self.size(split) - self.block_size
 
-    def windows(self, split, units, stride=1):
-        """x (B, T) from each unit on: a line up to its end (at most T tokens), or the window at
-        unit x stride of the stream; past that end the end-of-text token. y: the next token where
-        it lies before the end, else -1."""
+    def windows(self, split, units):
+        """x (B, T) from each unit on: a line up to its end (at most T tokens), or the window from
+        token unit of the stream; past that end the end-of-text token. y: the next token where it
+        lies before the end, else -1."""
         data = self.tokens(split)
         T = self.block_size
         if self.lm_rows == "lines":
@@ -752,7 +752,7 @@ class TextTask:
             starts = bounds[units]
             ends = np.minimum(bounds[units + 1], starts + T)
         else:
-            starts = units * stride
+            starts = units
             ends = len(data)
         idx = starts[:, None] + np.arange(T + 1)
         inside = idx < np.reshape(ends, (-1, 1))
@@ -768,17 +768,17 @@ class TextTask:
     def eval_batches(self, split, batch_size, rank=0, world_size=1):
         """The test split whole (every line, or the stream in consecutive windows); any other
         split, the same eval_iters batches of lines or windows at every evaluation."""
-        stride = self.block_size if split == "test" and self.lm_rows == "packed" else 1
         if split != "test":
             rng = np.random.default_rng(TEST_SEED)
             units = rng.integers(0, self.units(split), self.eval_iters * batch_size)
-        elif stride > 1:
-            units = np.arange(-(-(self.size(split) - 1) // stride))
-        else:
+        elif self.lm_rows == "lines":
             units = np.arange(self.units(split))
+        else:
+            # Consecutive windows: each starts where the last one's inputs end.
+            units = np.arange(0, self.size(split) - 1, self.block_size)
         units = units[rank::world_size]
         for i in range(0, len(units), batch_size):
-            yield self.windows(split, units[i:i + batch_size], stride)
+            yield self.windows(split, units[i:i + batch_size])
 
 
 class ClassifyTask:
