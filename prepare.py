@@ -154,11 +154,11 @@ def find_files(src, wanted):
 
 
 def make_dirs(path):
-    """os.makedirs(path), and the folders it created, deepest first."""
-    made = []
+    """os.makedirs(path), and the topmost folder it created (None if none)."""
+    made = None
     parent = path
     while parent and not os.path.isdir(parent):
-        made.append(parent)
+        made = parent
         parent = os.path.dirname(parent)
     os.makedirs(path, exist_ok=True)
     return made
@@ -195,8 +195,8 @@ def fetch(dataset, spec, src, folder):
         if files is None:
             raise ValueError(f"{archive} lacks some of the files {dataset} needs")
     except ValueError as e:
-        for path in made:
-            os.rmdir(path)
+        if made:
+            shutil.rmtree(made)
         raise ValueError(f"{dataset}: no local copy, and {e}; put {needs} in {raw}/ or pass "
                          f"--src=PATH to a copy") from None
     return files, spec["url"]
@@ -205,12 +205,13 @@ def fetch(dataset, spec, src, folder):
 def read_documents(src):
     """The documents of `text` as {name: (name, bytes)} (one file, or every file of a folder,
     sorted), and src, where they came from."""
-    paths = files_in(src)
-    if not paths:
+    files = {}
+    for path in files_in(src):
+        name = os.path.relpath(path, src) if path != src else os.path.basename(path)
+        files[name] = name, open(path, "rb").read()
+    if not files:
         raise ValueError(f"--src={src}: no text files found")
-    names = [os.path.relpath(path, src) if path != src else os.path.basename(path)
-             for path in paths]
-    return {name: (name, open(path, "rb").read()) for name, path in zip(names, paths)}, src
+    return files, src
 
 
 def wikitext_text(file, blob):
@@ -291,7 +292,7 @@ def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", m
     except ValueError:
         # unreadable source files: a folder made here goes again
         if made:
-            shutil.rmtree(made[-1])
+            shutil.rmtree(made)
         raise
     write_atomic(meta_path, lambda f: f.write(json.dumps(meta, indent=1).encode()))
     return folder, meta
@@ -323,13 +324,14 @@ def write_lm(tok, dataset, files, folder):
         splits = {"train": stream[:cut], "val": stream[cut:]}
         lines = {}
     else:
-        texts = {split: wikitext_text(file, blob) for split, (file, blob) in files.items()}
-        splits = {split: encode_rows(tok, wikitext_articles(text), [tok.eot])[0]
-                  for split, text in texts.items()}
-        # the paper's rows: a blank line is an empty row
-        lines = {split: encode_rows(tok, [line if line.strip() else ""
-                                          for line in text.splitlines(keepends=True)])
-                 for split, text in texts.items()}
+        splits = {}
+        lines = {}
+        for split, (file, blob) in files.items():
+            text = wikitext_text(file, blob)
+            splits[split] = encode_rows(tok, wikitext_articles(text), [tok.eot])[0]
+            # the paper's rows: a blank line is an empty row
+            rows = [line if line.strip() else "" for line in text.splitlines(keepends=True)]
+            lines[split] = encode_rows(tok, rows)
     for split, tokens in splits.items():
         write_atomic(os.path.join(folder, f"{split}.bin"), tokens.tofile)
     for split, (tokens, starts) in lines.items():

@@ -1499,6 +1499,14 @@ def test_fetch_downloads_and_opens_the_archive(tmp_path):
     assert os.listdir(tmp_path / "data" / "wikitext2" / "raw") == ["wikitext-2-v1.zip"]
     files, origin = prepare.fetch("wikitext2", dict(spec, url="file:///nowhere"), None, folder)
     assert origin.endswith("raw") and len(files) == 3  # the copy in raw/ is used, nothing downloaded
+    # an archive that lacks a split's file is one clear error, and leaves no folder behind
+    short = tmp_path / "short.zip"
+    with zipfile.ZipFile(short, "w") as z:
+        z.writestr("wiki.train.tokens", texts["train"])
+    short_spec = dict(spec, url=short.as_uri(), md5=hashlib.md5(short.read_bytes()).hexdigest())
+    with pytest.raises(ValueError, match="short.zip lacks some of the files wikitext2 needs"):
+        prepare.fetch("wikitext2", short_spec, None, str(tmp_path / "new" / "wikitext2"))
+    assert not (tmp_path / "new").exists()
 
 
 def test_missing_corpus_is_one_line_exit_2(tmp_path):
