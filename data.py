@@ -582,9 +582,6 @@ class Tokenizer:
         # Ordinary text only, never special tokens.
         return self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)
 
-    def encode(self, text):
-        return self.encode_batch([text])[0]
-
     def decode(self, ids):
         ids = [int(i) for i in ids if i != self.eot and i < self.n_vocab]
         if self.enc is None:
@@ -604,8 +601,7 @@ def gpt2_encoding(bpe_dir):
     path = os.path.join(bpe_dir, "gpt2.tiktoken")
     if not os.path.isfile(path):
         raise ValueError(f"GPT-2 BPE: no gpt2.tiktoken in {bpe_dir}; {hint}")
-    with open(path, "rb") as f:
-        blob = f.read()
+    blob = open(path, "rb").read()
     if hashlib.sha256(blob).hexdigest() != GPT2_TIKTOKEN_SHA256:
         raise ValueError(f"GPT-2 BPE: {path} fails its sha256 check "
                          f"(expected {GPT2_TIKTOKEN_SHA256}); {hint}")
@@ -794,7 +790,6 @@ class ClassifyTask:
     def __init__(self, name, folder, meta, block_size, eval_split):
         self.name = name
         self.folder = folder
-        self.meta = meta
         self.vocab_size = padded_vocab(meta["vocab_size"])
         self.n_classes = meta["n_classes"]
         self.pad_id = meta["pad_id"]
