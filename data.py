@@ -871,8 +871,7 @@ def read_meta(folder, name):
         raise ValueError(f"{folder} is not prepared: run `python prepare.py {name}` "
                          f"(offline: add --src=PATH --bpe_dir=DIR)")
     try:
-        with open(path) as f:
-            return json.load(f)
+        return json.load(open(path))
     except (OSError, ValueError) as e:
         raise ValueError(f"{path} is unreadable ({type(e).__name__}); "
                          f"prepare it again: python prepare.py {name}")
@@ -1007,9 +1006,8 @@ def evaluate(model, task, split, batch_size, env):
     hits, counts = env.all_reduce(tallies).tolist()
     # An evaluation that scores no token has no loss: nan, which is never the best.
     loss = loss / answers if answers else math.nan
-    answers = max(answers, 1)
     rows = max(rows, 1)
-    return {"loss": loss, "acc": right / answers, "exact": exact / rows,
+    return {"loss": loss, "acc": right / max(answers, 1), "exact": exact / rows,
             "margin_std": math.sqrt(max(margin_sq / rows - (margin / rows) ** 2, 0.0)),
             "acc_pos": [h / c for h, c in zip(hits, counts) if c]}
 

@@ -214,13 +214,6 @@ def read_documents(src):
     return files, src
 
 
-def wikitext_text(file, blob):
-    try:
-        return blob.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{file} is not UTF-8 text (byte {e.start})") from None
-
-
 def wikitext_articles(text):
     """A WikiText split as articles: each starts at a level-1 heading line ' = Title = '."""
     return [a for a in re.split(r"(?m)^(?= = [^=].* = $)", text) if a.strip()]
@@ -317,17 +310,19 @@ def write_lm(tok, dataset, files, folder):
     """{split}.bin token streams, one cut 90% train / 10% val or WikiText's splits (an end-of-text
     token after each article), and WikiText's lines each tokenized alone ({split}_lines.bin, .npy
     where each starts); meta's counts."""
+    lines = {}
     if dataset in ("tinyshakespeare", "text"):
         texts = [blob.decode("utf-8", errors="replace") for _, blob in files.values()]
         stream = encode_rows(tok, texts, [tok.eot])[0]
         cut = int(0.9 * len(stream))
         splits = {"train": stream[:cut], "val": stream[cut:]}
-        lines = {}
     else:
         splits = {}
-        lines = {}
         for split, (file, blob) in files.items():
-            text = wikitext_text(file, blob)
+            try:
+                text = blob.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{file} is not UTF-8 text (byte {e.start})") from None
             splits[split] = encode_rows(tok, wikitext_articles(text), [tok.eot])[0]
             # the paper's rows: a blank line is an empty row
             rows = [line if line.strip() else "" for line in text.splitlines(keepends=True)]
