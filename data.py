@@ -23,7 +23,6 @@ import json
 import math
 import os
 import threading
-from abc import ABC, abstractmethod
 from functools import cache
 
 import numpy as np
@@ -53,9 +52,12 @@ def distinct_per_row(values, absent):
     return ((values != absent) & (np.diff(values, axis=1, prepend=absent) != 0)).sum(1)
 
 
-class Task(ABC):
+class Task:
     """Fixed-length integer sequences (B, L): x = seq[:, :-1], y = seq[:, 1:] where scored, else -1.
-    By default a language model over the task's vocabulary."""
+    By default a language model over the task's vocabulary. Each task defines scored(seqs), (n, L-1)
+    bool: is the prediction made at position t (of token t+1) scored?; train_rows(rng, n), (n, L)
+    int64 fresh training sequences drawn with rng; split_rows(split), (N, L) the fixed sequences of
+    a split."""
 
     n_classes = 0
     causal = True
@@ -73,22 +75,10 @@ class Task(ABC):
         self.vocab_size = vocab_size
         self.block_size = seq_len - 1
 
-    @abstractmethod
-    def scored(self, seqs):
-        """(n, L-1) bool: is the prediction made at position t (of token t+1) scored?"""
-
     def xy(self, seqs):
         seqs = np.asarray(seqs, dtype=np.int64)
         y = np.where(self.scored(seqs), seqs[:, 1:], -1)
         return torch.from_numpy(np.ascontiguousarray(seqs[:, :-1])), torch.from_numpy(y)
-
-    @abstractmethod
-    def train_rows(self, rng, n):
-        """(n, L) int64 fresh training sequences drawn with rng."""
-
-    @abstractmethod
-    def split_rows(self, split):
-        """(N, L) the fixed sequences of a split."""
 
     def get_batch(self, split, batch_size, seed=0):
         """A batch drawn from seed: fresh training sequences, or random rows of a fixed split."""
@@ -139,17 +129,14 @@ class Task(ABC):
 
 
 class StreamTask(Task):
-    """Training sequences are generated fresh for every batch; the fixed test set is excluded."""
+    """Training sequences are generated fresh for every batch; the fixed test set is excluded. Each
+    stream task defines sample(rng, n), (n, L) int64 sequences drawn from the task distribution."""
 
     def __init__(self, name, vocab_size, seq_len):
         super().__init__(name, vocab_size, seq_len)
         # As in the reference, the test set keeps any duplicate sequences it draws.
         self.test = self.sample(np.random.default_rng(TEST_SEED), N_TEST)
         self.test_hashes = np.unique(_row_hash(self.test))
-
-    @abstractmethod
-    def sample(self, rng, n):
-        """(n, L) int64 sequences drawn from the task distribution."""
 
     def split_rows(self, split):
         if split != "test":
