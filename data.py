@@ -23,7 +23,6 @@ import json
 import math
 import os
 import threading
-from abc import ABC, abstractmethod
 from functools import cache
 
 import numpy as np
@@ -53,9 +52,12 @@ def distinct_per_row(values, absent):
     return ((values != absent) & (np.diff(values, axis=1, prepend=absent) != 0)).sum(1)
 
 
-class Task(ABC):
+class Task:
     """Fixed-length integer sequences (B, L): x = seq[:, :-1], y = seq[:, 1:] where scored, else -1.
-    By default a language model over the task's vocabulary."""
+    By default a language model over the task's vocabulary. Each task defines scored(seqs), (n, L-1)
+    bool: is the prediction made at position t (of token t+1) scored?; train_rows(rng, n), (n, L)
+    int64 fresh training sequences drawn with rng; split_rows(split), (N, L) the fixed sequences of
+    a split."""
 
     n_classes = 0
     causal = True
@@ -73,22 +75,10 @@ class Task(ABC):
         self.vocab_size = vocab_size
         self.block_size = seq_len - 1
 
-    @abstractmethod
-    def scored(self, seqs):
-        """(n, L-1) bool: is the prediction made at position t (of token t+1) scored?"""
-
     def xy(self, seqs):
         seqs = np.asarray(seqs, dtype=np.int64)
         y = np.where(self.scored(seqs), seqs[:, 1:], -1)
         return torch.from_numpy(np.ascontiguousarray(seqs[:, :-1])), torch.from_numpy(y)
-
-    @abstractmethod
-    def train_rows(self, rng, n):
-        """(n, L) int64 fresh training sequences drawn with rng."""
-
-    @abstractmethod
-    def split_rows(self, split):
-        """(N, L) the fixed sequences of a split."""
 
     def get_batch(self, split, batch_size, seed=0):
         """A batch drawn from seed: fresh training sequences, or random rows of a fixed split."""
@@ -139,17 +129,14 @@ class Task(ABC):
 
 
 class StreamTask(Task):
-    """Training sequences are generated fresh for every batch; the fixed test set is excluded."""
+    """Training sequences are generated fresh for every batch; the fixed test set is excluded. Each
+    stream task defines sample(rng, n), (n, L) int64 sequences drawn from the task distribution."""
 
     def __init__(self, name, vocab_size, seq_len):
         super().__init__(name, vocab_size, seq_len)
         # As in the reference, the test set keeps any duplicate sequences it draws.
         self.test = self.sample(np.random.default_rng(TEST_SEED), N_TEST)
         self.test_hashes = np.unique(_row_hash(self.test))
-
-    @abstractmethod
-    def sample(self, rng, n):
-        """(n, L) int64 sequences drawn from the task distribution."""
 
     def split_rows(self, split):
         if split != "test":
@@ -582,9 +569,6 @@ class Tokenizer:
         # Ordinary text only, never special tokens.
         return self.enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)
 
-    def encode(self, text):
-        return self.encode_batch([text])[0]
-
     def decode(self, ids):
         ids = [int(i) for i in ids if i != self.eot and i < self.n_vocab]
         if self.enc is None:
@@ -604,8 +588,7 @@ def gpt2_encoding(bpe_dir):
     path = os.path.join(bpe_dir, "gpt2.tiktoken")
     if not os.path.isfile(path):
         raise ValueError(f"GPT-2 BPE: no gpt2.tiktoken in {bpe_dir}; {hint}")
-    with open(path, "rb") as f:
-        blob = f.read()
+    blob = open(path, "rb").read()
     if hashlib.sha256(blob).hexdigest() != GPT2_TIKTOKEN_SHA256:
         raise ValueError(f"GPT-2 BPE: {path} fails its sha256 check "
                          f"(expected {GPT2_TIKTOKEN_SHA256}); {hint}")
@@ -741,10 +724,10 @@ class TextTask:
             return len(self.starts(split)) - 1
         return self.size(split) - self.block_size
 
-    def windows(self, split, units, stride=1):
-        """x (B, T) from each unit on: a line up to its end (at most T tokens), or the window at
-        unit x stride of the stream; past that end the end-of-text token. y: the next token where
-        it lies before the end, else -1."""
+    def windows(self, split, units):
+        """x (B, T) from each unit on: a line up to its end (at most T tokens), or the window from
+        token unit of the stream; past that end the end-of-text token. y: the next token where it
+        lies before the end, else -1."""
         data = self.tokens(split)
         T = self.block_size
         if self.lm_rows == "lines":
@@ -752,7 +735,7 @@ class TextTask:
             starts = bounds[units]
             ends = np.minimum(bounds[units + 1], starts + T)
         else:
-            starts = units * stride
+            starts = units
             ends = len(data)
         idx = starts[:, None] + np.arange(T + 1)
         inside = idx < np.reshape(ends, (-1, 1))
@@ -768,17 +751,17 @@ class TextTask:
     def eval_batches(self, split, batch_size, rank=0, world_size=1):
         """The test split whole (every line, or the stream in consecutive windows); any other
         split, the same eval_iters batches of lines or windows at every evaluation."""
-        stride = self.block_size if split == "test" and self.lm_rows == "packed" else 1
         if split != "test":
             rng = np.random.default_rng(TEST_SEED)
             units = rng.integers(0, self.units(split), self.eval_iters * batch_size)
-        elif stride > 1:
-            units = np.arange(-(-(self.size(split) - 1) // stride))
-        else:
+        elif self.lm_rows == "lines":
             units = np.arange(self.units(split))
+        else:
+            # Consecutive windows: each starts where the last one's inputs end.
+            units = np.arange(0, self.size(split) - 1, self.block_size)
         units = units[rank::world_size]
         for i in range(0, len(units), batch_size):
-            yield self.windows(split, units[i:i + batch_size], stride)
+            yield self.windows(split, units[i:i + batch_size])
 
 
 class ClassifyTask:
@@ -794,7 +777,6 @@ class ClassifyTask:
     def __init__(self, name, folder, meta, block_size, eval_split):
         self.name = name
         self.folder = folder
-        self.meta = meta
         self.vocab_size = padded_vocab(meta["vocab_size"])
         self.n_classes = meta["n_classes"]
         self.pad_id = meta["pad_id"]
@@ -876,8 +858,7 @@ def read_meta(folder, name):
         raise ValueError(f"{folder} is not prepared: run `python prepare.py {name}` "
                          f"(offline: add --src=PATH --bpe_dir=DIR)")
     try:
-        with open(path) as f:
-            return json.load(f)
+        return json.load(open(path))
     except (OSError, ValueError) as e:
         raise ValueError(f"{path} is unreadable ({type(e).__name__}); "
                          f"prepare it again: python prepare.py {name}")
@@ -1012,9 +993,8 @@ def evaluate(model, task, split, batch_size, env):
     hits, counts = env.all_reduce(tallies).tolist()
     # An evaluation that scores no token has no loss: nan, which is never the best.
     loss = loss / answers if answers else math.nan
-    answers = max(answers, 1)
     rows = max(rows, 1)
-    return {"loss": loss, "acc": right / answers, "exact": exact / rows,
+    return {"loss": loss, "acc": right / max(answers, 1), "exact": exact / rows,
             "margin_std": math.sqrt(max(margin_sq / rows - (margin / rows) ** 2, 0.0)),
             "acc_pos": [h / c for h, c in zip(hits, counts) if c]}
 

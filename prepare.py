@@ -154,11 +154,11 @@ def find_files(src, wanted):
 
 
 def make_dirs(path):
-    """os.makedirs(path), and the folders it created, deepest first."""
-    made = []
+    """os.makedirs(path), and the topmost folder it created (None if none)."""
+    made = None
     parent = path
     while parent and not os.path.isdir(parent):
-        made.append(parent)
+        made = parent
         parent = os.path.dirname(parent)
     os.makedirs(path, exist_ok=True)
     return made
@@ -195,8 +195,8 @@ def fetch(dataset, spec, src, folder):
         if files is None:
             raise ValueError(f"{archive} lacks some of the files {dataset} needs")
     except ValueError as e:
-        for path in made:
-            os.rmdir(path)
+        if made:
+            shutil.rmtree(made)
         raise ValueError(f"{dataset}: no local copy, and {e}; put {needs} in {raw}/ or pass "
                          f"--src=PATH to a copy") from None
     return files, spec["url"]
@@ -205,19 +205,13 @@ def fetch(dataset, spec, src, folder):
 def read_documents(src):
     """The documents of `text` as {name: (name, bytes)} (one file, or every file of a folder,
     sorted), and src, where they came from."""
-    paths = files_in(src)
-    if not paths:
+    files = {}
+    for path in files_in(src):
+        name = os.path.relpath(path, src) if path != src else os.path.basename(path)
+        files[name] = name, open(path, "rb").read()
+    if not files:
         raise ValueError(f"--src={src}: no text files found")
-    names = [os.path.relpath(path, src) if path != src else os.path.basename(path)
-             for path in paths]
-    return {name: (name, open(path, "rb").read()) for name, path in zip(names, paths)}, src
-
-
-def wikitext_text(file, blob):
-    try:
-        return blob.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{file} is not UTF-8 text (byte {e.start})") from None
+    return files, src
 
 
 def wikitext_articles(text):
@@ -291,7 +285,7 @@ def prepare(dataset, src=None, tokenizer="gpt2", bpe_dir=None, out_dir="data", m
     except ValueError:
         # unreadable source files: a folder made here goes again
         if made:
-            shutil.rmtree(made[-1])
+            shutil.rmtree(made)
         raise
     write_atomic(meta_path, lambda f: f.write(json.dumps(meta, indent=1).encode()))
     return folder, meta
@@ -316,20 +310,23 @@ def write_lm(tok, dataset, files, folder):
     """{split}.bin token streams, one cut 90% train / 10% val or WikiText's splits (an end-of-text
     token after each article), and WikiText's lines each tokenized alone ({split}_lines.bin, .npy
     where each starts); meta's counts."""
+    lines = {}
     if dataset in ("tinyshakespeare", "text"):
         texts = [blob.decode("utf-8", errors="replace") for _, blob in files.values()]
         stream = encode_rows(tok, texts, [tok.eot])[0]
         cut = int(0.9 * len(stream))
         splits = {"train": stream[:cut], "val": stream[cut:]}
-        lines = {}
     else:
-        texts = {split: wikitext_text(file, blob) for split, (file, blob) in files.items()}
-        splits = {split: encode_rows(tok, wikitext_articles(text), [tok.eot])[0]
-                  for split, text in texts.items()}
-        # the paper's rows: a blank line is an empty row
-        lines = {split: encode_rows(tok, [line if line.strip() else ""
-                                          for line in text.splitlines(keepends=True)])
-                 for split, text in texts.items()}
+        splits = {}
+        for split, (file, blob) in files.items():
+            try:
+                text = blob.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{file} is not UTF-8 text (byte {e.start})") from None
+            splits[split] = encode_rows(tok, wikitext_articles(text), [tok.eot])[0]
+            # the paper's rows: a blank line is an empty row
+            rows = [line if line.strip() else "" for line in text.splitlines(keepends=True)]
+            lines[split] = encode_rows(tok, rows)
     for split, tokens in splits.items():
         write_atomic(os.path.join(folder, f"{split}.bin"), tokens.tofile)
     for split, (tokens, starts) in lines.items():

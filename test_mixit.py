@@ -1385,18 +1385,18 @@ def test_a_classifiers_margin_spread_is_the_std_of_its_log_odds():
 @needs_bpe
 def test_offline_gpt2_bpe(monkeypatch):
     tok = data.Tokenizer("gpt2", BPE_DIR)
-    assert tok.encode("Hello world") == [15496, 995]
+    assert tok.encode_batch(["Hello world"])[0] == [15496, 995]
     assert (tok.n_vocab, tok.eot) == (50257, 50256)
-    assert tok.decode(tok.encode("naïve café <unk> @-@")) == "naïve café <unk> @-@"
+    assert tok.decode(tok.encode_batch(["naïve café <unk> @-@"])[0]) == "naïve café <unk> @-@"
     monkeypatch.setenv("MIXIT_BPE_DIR", BPE_DIR)
-    assert data.Tokenizer("gpt2").encode("Hello world") == [15496, 995]
+    assert data.Tokenizer("gpt2").encode_batch(["Hello world"])[0] == [15496, 995]
 
 
 def test_byte_tokenizer_round_trip():
     tok = data.Tokenizer("bytes")
     assert (tok.n_vocab, tok.eot) == (257, 256)
-    assert tok.encode("é!") == [195, 169, 33]
-    assert tok.decode(tok.encode("naïve\n") + [tok.eot]) == "naïve\n"
+    assert tok.encode_batch(["é!"])[0] == [195, 169, 33]
+    assert tok.decode(tok.encode_batch(["naïve\n"])[0] + [tok.eot]) == "naïve\n"
 
 
 def test_encode_examples_truncates_pads_and_drops_empty_texts():
@@ -1499,6 +1499,14 @@ def test_fetch_downloads_and_opens_the_archive(tmp_path):
     assert os.listdir(tmp_path / "data" / "wikitext2" / "raw") == ["wikitext-2-v1.zip"]
     files, origin = prepare.fetch("wikitext2", dict(spec, url="file:///nowhere"), None, folder)
     assert origin.endswith("raw") and len(files) == 3  # the copy in raw/ is used, nothing downloaded
+    # an archive that lacks a split's file is one clear error, and leaves no folder behind
+    short = tmp_path / "short.zip"
+    with zipfile.ZipFile(short, "w") as z:
+        z.writestr("wiki.train.tokens", texts["train"])
+    short_spec = dict(spec, url=short.as_uri(), md5=hashlib.md5(short.read_bytes()).hexdigest())
+    with pytest.raises(ValueError, match="short.zip lacks some of the files wikitext2 needs"):
+        prepare.fetch("wikitext2", short_spec, None, str(tmp_path / "new" / "wikitext2"))
+    assert not (tmp_path / "new").exists()
 
 
 def test_missing_corpus_is_one_line_exit_2(tmp_path):
