@@ -3063,7 +3063,7 @@ def test_induction_printout_names_the_best_head(capsys, monkeypatch):
     monkeypatch.setattr(sample, "induction_scores", lambda *args, **kw: scores)
     monkeypatch.setattr(sample, "plot_induction", lambda *args: None)
     model = types.SimpleNamespace(config=MixiTConfig(attn="softmax"))
-    sample.show_induction(model, None, {"seed": 0, "out_dir": "."}, "text", "cpu")
+    sample.show_induction(model, None, {"seed": 0, "out_dir": "."}, "text")
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].split() == ["layer", "0", "0.100", "0.500", "0.200"] and lines[3].split()[2:] == ["0.300", "0.900",
                                                                                                       "0.000"]
