@@ -32,9 +32,9 @@ import torch
 import train
 from common import (OneOf, TrainingError, check_writable, cli, configure, defaults_of,
                     measure_matmul, non_negative, peak_flops, positive, setup, split_list,
-                    synchronize, teardown, write_atomic)
+                    synchronize, teardown)
 from mixit import ATTNS, LOSS_CHUNK, MixiT, MixiTConfig
-from report import table
+from report import table, write_text
 
 # -----------------------------------------------------------------------------
 out_dir = "out_bench"
@@ -135,22 +135,20 @@ def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_ste
     torch._dynamo.reset()
     gc.collect()
     peak_memory(env, reset=True)
-    t0 = time.perf_counter()
     arch = {k: v for k, v in shape.items() if k not in ("batch_size", "accum")}
     model = MixiT(MixiTConfig(**arch, attn=attn), env.device, env.dtype)
-    synchronize(env.device)
-    build_s = time.perf_counter() - t0
     model.loss_chunk = chunk
     optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), env.device_type)  # fused AdamW
     net = torch.compile(model, dynamic=False) if compile else model
     params = [p for p in model.parameters() if p.requires_grad]
-    # random tokens made on the device once
-    seqs = [torch.randint(shape["vocab_size"], (B, T + 1), device=env.device) for _ in range(accum)]
-    batches = [(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in seqs]
+    # random inputs and targets made on the device once, a pair per micro-batch
+    batches = [torch.randint(shape["vocab_size"], (2, B, T), device=env.device).unbind()
+               for _ in range(accum)]
+    tokens = B * accum * T
 
     def step():
-        return train.train_step(net, batches, [B * T] * accum, env.agree([B * T * accum]),
-                                optimizer, params, 1.0, env)[0]
+        return train.train_step(net, batches, [B * T] * accum, env.agree([tokens]), optimizer,
+                                params, 1.0, env)[0]
 
     # repeat 0 runs the warm-up steps, compilation included; a repeat reads its last loss back once
     times = []
@@ -163,13 +161,12 @@ def time_training(env, shape, attn, steps, repeats, warmup, compile, profile_ste
         synchronize(env.device)
         times.append((time.perf_counter() - t0) / (steps if repeat else 1))
     warmup_s = times.pop(0)
-    tokens = B * accum * T
     median = statistics.median(times)
     row = {"attn": attn, **shape, "tokens_per_step": tokens,
            "flops_per_token": model.flops_per_token(T), "step_s": times, "ms_median": median * 1e3,
            "ms_min": min(times) * 1e3, "tok_s_median": tokens / median,
            "tok_s_best": tokens / min(times), "peak_mib": peak_memory(env) / 2 ** 20,
-           "build_s": build_s, "warmup_s": warmup_s, "final_loss": last,
+           "warmup_s": warmup_s, "final_loss": last,
            "params_m": model.get_num_params(False) / 1e6,
            "trainable_m": model.get_num_params(False, trainable=True) / 1e6}
     if profile_to:
@@ -286,22 +283,20 @@ def sweep_report(rows, config):
 def write(results, env, out):
     """bench.md and bench.json, rewritten whole (atomically); returns bench.md's text."""
     text = report(results, env)
-    write_atomic(os.path.join(out, "bench.md"), lambda f: f.write(text.encode()))
-    write_atomic(os.path.join(out, "bench.json"),
-                 lambda f: f.write(json.dumps(results, indent=1).encode()))
+    write_text(os.path.join(out, "bench.md"), text)
+    write_text(os.path.join(out, "bench.json"), json.dumps(results, indent=1))
     return text
 
 
-def time_variants(env, config, wanted, results, out, part, shapes):
+def time_variants(env, config, wanted, results, peak, part, shapes):
     """The train or sweep part: every variant at every shape timed into results[part], the tables
     rewritten after each. The profile part goes with the train part: the first shape's models, after
-    their timing."""
-    peak = results["peak_tflops"] and results["peak_tflops"] * 1e12
+    their timing. peak: the FLOP/s MFU is counted against (None: unknown)."""
     for index, (name, shape) in enumerate(shapes.items()):
         for attn in config["attns"]:
             profile_to = None
             if part == "train" and "profile" in wanted and index == 0:
-                profile_to = os.path.join(out, f"profile_{attn}.txt")
+                profile_to = os.path.join(config["out_dir"], f"profile_{attn}.txt")
             if part not in wanted and not profile_to:
                 continue
             # the profile part alone times a single step
@@ -316,13 +311,13 @@ def time_variants(env, config, wanted, results, out, part, shapes):
                 results.setdefault(part, []).append(row)
                 print(f"  {name} {attn}: {row['ms_median']:.1f} ms/step, "
                       f"{row['tok_s_median']:,.0f} tok/s", flush=True)
-            write(results, env, out)
+            write(results, env, config["out_dir"])
 
 
 def main(argv):
     config = configure(DEFAULTS, argv, RULES, files=False)
     wanted = split_list(config["parts"], "part", PARTS)
-    attns = list(train.PAPER_ATTNS)
+    attns = train.PAPER_ATTNS
     if config["attn"] != "all":
         attns = split_list(config["attn"], "attn", OneOf(ATTNS))
     # train.py's rule for its list of head counts holds here too: integers above 0
@@ -351,12 +346,12 @@ def main(argv):
         if "calib" in wanted:
             results["calib"] = calibrate(env, peak)
         if "train" in wanted or "profile" in wanted:
-            time_variants(env, config, wanted, results, out, "train", size["shapes"])
+            time_variants(env, config, wanted, results, peak, "train", size["shapes"])
         if "sweep" in wanted:
             shapes = {f"T={T}": dict(sweep["model"], block_size=T,
                                      batch_size=max(1, sweep["tokens"] // T), accum=1)
                       for T in config["contexts"]}
-            time_variants(env, config, wanted, results, out, "sweep", shapes)
+            time_variants(env, config, wanted, results, peak, "sweep", shapes)
         if "memory" in wanted:
             results["memory"] = head_memory(env, config)
         results["total_s"] = time.perf_counter() - t_start

@@ -71,15 +71,15 @@ def summarize(runs, histories):
     """Final metrics per (task, variant): mean and sample standard deviation (n - 1) over seeds."""
     groups = {}
     for run, history in zip(runs, histories):
-        groups.setdefault((run["task"], run["variant"]), []).append((run, history[-1]))
+        # a variant's seeds share its model
+        groups.setdefault((run["task"], run["variant"], run["model"]), []).append(history[-1])
     table = []
-    for (task_name, variant), members in groups.items():
-        finals = [final for _, final in members]
-        keys = [k for k, v in finals[0].items()
-                if not (isinstance(v, list) or k in "iter lr tokens samples".split())]
-        table.append({"task": task_name, "variant": variant, "model": members[0][0]["model"],
-                      "seeds": len(finals), "iter": finals[0]["iter"],
-                      **{k: mean_std([f[k] for f in finals]) for k in keys}})
+    for (task_name, variant, model), finals in groups.items():
+        # each metric's mean and std: the numbers, not the lists nor the counters
+        metrics = {k: mean_std([f[k] for f in finals]) for k, v in finals[0].items()
+                   if not (isinstance(v, list) or k in "iter lr tokens samples".split())}
+        table.append({"task": task_name, "variant": variant, "seeds": len(finals),
+                      "iters": finals[0]["iter"], **metrics, "model": model})
     return table
 
 
@@ -198,7 +198,7 @@ def over_floor(score, floor, lower_better):
     return contrast([(sign, score), (-sign, floor)])
 
 
-def headroom(floor, ceiling=math.inf):
+def headroom(floor, ceiling):
     """What a score can move from its floor to its ceiling, and its margin: SHARE of it below a
     ceiling of 1, else MARGIN in the score's unit."""
     room = abs(ceiling - floor)
@@ -281,8 +281,7 @@ def constant_bound(n, value, looks, ceiling):
            f"{side}, {100 - 100 * level:.4g} %"
 
 
-def decide(a, b, floors, direction, lower_better=False, looks=(1, 1), names=NAMES, power=0.0,
-           ceiling=math.inf):
+def decide(a, b, floors, direction, lower_better, looks, ceiling, names=NAMES, power=0.0):
     """The word on two samples (mean, std, n) and their floors', and its p scaled to ALPHA (None:
     no test); looks: each model's. Two equal
     constants: untestable at the ceiling, else equal at every seed. The model the claim needs
@@ -335,7 +334,7 @@ def verdict(scores, floors, steps, direction, lower_better=False, looks=(1, 1), 
         return "fixed by construction: the same at init and trained, at every seed " \
                "(not tested)", None
     a, b, *floors = map(sample, [*scores, *floors])
-    word, p = decide(a, b, floors, direction, lower_better, looks, names, ceiling=ceiling)
+    word, p = decide(a, b, floors, direction, lower_better, looks, ceiling, names)
     if word != "not shown":
         return word, p
     split = any(plateaus(s, PLATEAU * headroom(f[0], ceiling)[1]) for s, f in zip(scores, floors))
@@ -345,11 +344,11 @@ def verdict(scores, floors, steps, direction, lower_better=False, looks=(1, 1), 
         resized = [(*f[:2], n) for f in floors]
         if not split:
             return decide((*a[:2], n), (*b[:2], n), resized, direction, lower_better, later,
-                          power=POWER, ceiling=ceiling)[0]
+                          ceiling, power=POWER)[0]
         # seeds on two plateaus: the word most draws of n of the observed seeds give
         rng = np.random.default_rng(n)
         words = [decide(*[sample(rng.choice(s, n)) for s in scores], resized, direction,
-                        lower_better, later, ceiling=ceiling)[0]
+                        lower_better, later, ceiling)[0]
                  for _ in range(DRAWS)]
         likely = max(words, key=words.count)
         return likely if words.count(likely) >= POWER * DRAWS else "not shown"
@@ -461,8 +460,8 @@ def interval(c, looks):
 
 def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, looks=(1, 1),
                names=NAMES):
-    """Two models' finals on metric (looks: each model's; own: a floor that is the score at init):
-    each score beside its floor (a trained one named names[2]), the difference, steps, words."""
+    """Two models' finals on metric (looks: each model's): each score beside its floor (a trained
+    one named names[2]), the difference, steps, words; and the last direction's p (None: none)."""
     lower_better = metric == "val_loss"
     ceiling = CEILINGS.get(metric, math.inf)
     scores = [[r[metric] for r in runs] for runs in (first, other)]
@@ -507,8 +506,8 @@ def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, 
             "difference [interval], p": evidence,
             "steps": " / ".join(f"{s:,}" for s in steps),
             "two plateaus": " / ".join(plateaus(v, PLATEAU * margin) for v in scores).strip(" /"),
-            **{d: w for d, (w, _) in words.items()}, "p": p,
-            "margin, stake": stakes + f" of {room:.3g}" * (room < math.inf)}
+            **{d: w for d, (w, _) in words.items()},
+            "margin, stake": stakes + f" of {room:.3g}" * (room < math.inf)}, p
 
 
 def headline(final):
@@ -529,15 +528,18 @@ def rule_rows(finals):
         first, *others = runs
         score = headline(runs[first][0])
         for variant in others:
-            cells = rule_cells(runs[first], runs[variant], score, names=(first, variant))
-            del cells["p"]
+            cells, _ = rule_cells(runs[first], runs[variant], score, names=(first, variant))
             rows.append({"task": task_name, "variant": variant, "against": first, "score": score,
                          **cells})
     return rows
 
 
 def format_cell(value):
-    """A table cell: a number at 3 digits (at 100 or more: whole, with commas), nothing for None."""
+    """A table cell: a number at 3 digits (at 100 or more: whole, with commas), a (mean, std) as
+    mean ± std (no ± where the std is 0), nothing for None."""
+    if isinstance(value, tuple):
+        mean, std = value
+        return f"{mean:.4g}" + (f" ± {std:.2g}" if std else "")
     if isinstance(value, float):
         return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
     return "" if value is None else str(value)
@@ -566,12 +568,9 @@ def write_report(runs, histories, label, out_dir, env, seconds):
         write_files(runs, histories, out_dir)
 
 
-def spread_cell(key, row):
-    """A summary row's mean ± std of key ('' where it has none; no ± where the std is 0)."""
-    if key not in row:
-        return ""
-    mean, std = row[key]
-    return f"{mean:.4g}" + (f" ± {std:.2g}" if std else "")
+def write_text(path, text):
+    """A text file written whole, atomically."""
+    write_atomic(path, lambda f: f.write(text.encode()))
 
 
 def write_files(runs, histories, out_dir):
@@ -581,10 +580,10 @@ def write_files(runs, histories, out_dir):
               for r, h in zip(runs, histories)]
     # a row per (task, variant): each metric's mean ± std over seeds
     summary = summarize(finals, histories)
-    keys = list(dict.fromkeys(k for row in summary for k in row if isinstance(row[k], tuple)))
-    text = table(summary, {"task": "task", "variant": "variant", "seeds": "seeds", "iters": "iter",
-                           **{k: functools.partial(spread_cell, k) for k in keys},
-                           "model": "model"})
+    # a column per key, in the order the rows first hold them (a task's own metrics after the
+    # first's), the model last
+    columns = {k: k for row in summary for k in row if k != "model"}
+    text = table(summary, {**columns, "model": "model"})
     rules = rule_rows(finals)
     if rules:
         text += f"\nThe verdict rule on each variant against the first: {RULE_NOTE}\n\n"
@@ -596,9 +595,8 @@ def write_files(runs, histories, out_dir):
     tasks = ", ".join(tasks_of(finals))
     header = f"# {tasks}\n\nFinal metrics{spread}. {len(finals)} runs in " \
              f"{format_time(finals[0]['seconds'])} on {finals[0]['hardware']}.\n\n"
-    write_atomic(os.path.join(out_dir, "results.md"), lambda f: f.write((header + text).encode()))
-    write_atomic(os.path.join(out_dir, "runs.json"),
-                 lambda f: f.write(json.dumps(finals, indent=1).encode()))
+    write_text(os.path.join(out_dir, "results.md"), header + text)
+    write_text(os.path.join(out_dir, "runs.json"), json.dumps(finals, indent=1))
     print(f"wrote {os.path.join(out_dir, 'results.md')} and runs.json")
     plot_comparison(finals, histories, os.path.join(out_dir, "compare.png"))
 
@@ -654,14 +652,10 @@ def variant_colors(runs):
         kinds[run["variant"]] = LETTERS[attn[0]] if len(set(attn)) == 1 else attn
     others = [name for name, kind in kinds.items()
               if kind not in COLORS or list(kinds.values()).count(kind) > 1]
-    colors = {}
-    for name, kind in kinds.items():
-        if name in others:
-            k = others.index(name)
-            # tab20b holds none of COLORS' colours: its five hues first, then each a shade lighter
-            colors[name] = plt.cm.tab20b(k % 5 * 4 + k // 5 % 4)
-        else:
-            colors[name] = COLORS[kind]
+    colors = {name: COLORS[kind] for name, kind in kinds.items() if name not in others}
+    for k, name in enumerate(others):
+        # tab20b holds none of COLORS' colours: its five hues first, then each a shade lighter
+        colors[name] = plt.cm.tab20b(k % 5 * 4 + k // 5 % 4)
     return colors
 
 
@@ -673,11 +667,10 @@ def plot_comparison(runs, histories, path):
     cost = any(run["unfreeze_at"] != "never" for run in runs)
     panels = {}
     for task_name in tasks:
-        measured = [h[-1] for r, h in zip(runs, histories) if r["task"] == task_name]
-        # a panel's metric and x: panel[0] and panel[1]
+        # a panel's metric and x: panel[0] and panel[1]; runs: finals, each its last metrics
         panels[task_name] = [panel for panel in PANELS
                              if (panel[1] not in ("flops", "time") or cost)
-                             and any(panel[0] in m for m in measured)]
+                             and any(panel[0] in r for r in runs if r["task"] == task_name)]
     ncols = max(map(len, panels.values()))
     colors = variant_colors(runs)
     fig, axes = plt.subplots(len(tasks), ncols, figsize=(5.2 * ncols, 3.6 * len(tasks)),
@@ -701,7 +694,7 @@ def plot_panel(ax, task_name, panel, curves, colors):
     key, x, title, ylabel, xlabel = panel
     final = x == "final"
     for name, (run, hs) in curves.items():
-        values = np.array([h[-1][key] for h in hs] if final else [[m[key] for m in h] for h in hs])
+        values = np.array([h[-1][key] if final else [m[key] for m in h] for h in hs])
         # measured times differ by seed: their mean
         xs = np.arange(values.shape[1]) if final else np.mean([[m[x] for m in h] for h in hs], 0)
         mean = values.mean(0)
@@ -748,7 +741,7 @@ def plot_attention_maps(maps, labels, path, title):
 def plot_induction(scores, path, title):
     """A layers x heads heatmap of induction scores on a 0..1 colour scale, each cell annotated."""
     L, H = scores.shape
-    fig, ax = plt.subplots(figsize=(1.0 * H + 2.5, 0.8 * L + 1.5), layout="constrained")
+    fig, ax = plt.subplots(figsize=(H + 2.5, 0.8 * L + 1.5), layout="constrained")
     im = ax.imshow(scores, cmap="viridis", vmin=0.0, vmax=1.0)
     for (l, h), v in np.ndenumerate(scores):
         ax.text(h, l, f"{v:.2f}", ha="center", va="center", color="black" if v > 0.6 else "white")
@@ -764,10 +757,10 @@ def plot_propagation(stats, width, path):
     # MixiT's colour as in COLORS, its two ablations', a random transformer's as softmax's
     palette = ("tab:green", "tab:gray", "tab:olive", "tab:blue")
     for (name, (mean, std)), color in zip(stats.items(), palette):
-        for k, ax in enumerate(axes):
-            ax.plot(mean[:, k], color=color, label=name)
-            ax.fill_between(range(len(mean)), mean[:, k] - std[:, k], mean[:, k] + std[:, k],
-                            color=color, alpha=0.2)
+        # covariance on the left, similarity on the right
+        for ax, m, s in zip(axes, mean.T, std.T):
+            ax.plot(m, color=color, label=name)
+            ax.fill_between(range(len(m)), m - s, m + s, color=color, alpha=0.2)
     for ax, what in zip(axes, ("covariance", "cosine similarity")):
         style_axes(ax, False, xlabel="layer", ylabel=f"mean token {what}",
                    title=f"token {what} at init, width {width}")
@@ -867,9 +860,8 @@ def read_setting(claim, setting, loaded, runs_dir, looked):
     looks = (max([looks[0], *looks[2:]]), max(looks[1:]))
     trained = [r[metric] for r in models[2]] if floor else None
     names = [variant_label(v) for v in variants]
-    cells = rule_cells(*models[:2], metric, trained, (direction,), looks, names)
+    cells, p = rule_cells(*models[:2], metric, trained, (direction,), looks, names)
     word = cells.pop(direction)
-    p = cells.pop("p")
     comparison = f"{folder}: {task_name}, {metric}"
     if floor:
         comparison += f", floor {names[2]}"
@@ -906,7 +898,7 @@ def claims_report(path, runs_dir):
         ranks = holm([(p, k) for k, (_, p) in enumerate(read) if p is not None])
         parts = {}
         dropped = []
-        for k, (row, p) in enumerate(read):
+        for k, (row, _) in enumerate(read):
             part, label = rows[k][:2]
             word = row["word"]
             row["Holm: rank, level"] = "aside: no test"

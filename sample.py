@@ -96,10 +96,10 @@ def show_attention_maps(model, task, config, name, dev):
                         f"{name} ({model.config.attn}): {kind} on {what}")
 
 
-def show_induction(model, task, config, name, dev):
+def show_induction(model, task, config, name):
     """Per-head induction scores (recall tasks: recall_scores) and the best head, printed;
     out_dir/induction.png."""
-    if task is not None and task.probe == "recall":
+    if task and task.probe == "recall":
         scores = recall_scores(model, task)
         what = "weight from each question to the value after its key"
     else:
@@ -187,9 +187,10 @@ def show(config):
     """What the checkpoint in out_dir holds: answers, text or labels; or its attention maps and
     induction scores."""
     dev = pick_device(config["device"])
-    best = os.path.join(config["out_dir"], "best.pt")
-    latest = os.path.join(config["out_dir"], "ckpt.pt")
-    path = best if config["checkpoint"] == "best" and os.path.isfile(best) else latest
+    path = os.path.join(config["out_dir"], "best.pt")
+    # no best.pt before the first eval: ckpt.pt
+    if config["checkpoint"] == "latest" or not os.path.isfile(path):
+        path = os.path.join(config["out_dir"], "ckpt.pt")
     ckpt = load_checkpoint(path, dev)
     model = load_weights(ckpt, path, lambda: MixiT(mixit_config(ckpt["model_args"]), dev)).eval()
     torch.manual_seed(config["seed"])
@@ -203,7 +204,7 @@ def show(config):
     if config["attn_maps"]:
         show_attention_maps(model, task, config, name, dev)
     if config["induction"]:
-        show_induction(model, task, config, name, dev)
+        show_induction(model, task, config, name)
     if config["express"]:
         show_express(model, task, config, dev)
     if config["attn_maps"] or config["induction"] or config["express"]:
@@ -349,11 +350,11 @@ def show_express(model, task, config, dev):
     """The probe on each layer of a checkpoint and at init, on the task's first evaluation rows (a
     corpus: repeats)."""
     idx = first_rows(model, task, config, 8).to(dev)
-    trained = layer_residuals(model, idx)
-    at_init = layer_residuals(MixiT(model.config, dev), idx)
+    probes = {"trained": layer_residuals(model, idx),
+              "at init": layer_residuals(MixiT(model.config, dev), idx)}
     rows = []
     for layer in range(model.config.n_layer):
-        for when, residuals in (("trained", trained), ("at init", at_init)):
+        for when, residuals in probes.items():
             rows.append({"layer": layer, "model": when,
                          **{p: r[layer].item() for p, r in residuals.items()}})
     print_residuals(rows)
