@@ -142,7 +142,11 @@ def show_samples(model, tok, config, dev):
                 start = f.read()
         except OSError as e:
             raise ConfigError(f"--start={start}: cannot read the file ({e.strerror})") from None
-    x = torch.tensor(tok.encode(start) or [tok.eot], dtype=torch.long, device=dev)[None]
+    prompt = tok.encode_batch([start])[0]
+    # an empty prompt starts from the end-of-text token
+    if not prompt:
+        prompt = [tok.eot]
+    x = torch.tensor(prompt, dtype=torch.long, device=dev)[None]
     for _ in range(config["num_samples"]):
         y = model.generate(x, config["max_new_tokens"], config["temperature"],
                            config["top_k"] or None, config["use_cache"])
