@@ -639,11 +639,11 @@ def lock_folder(folder):
     return lock
 
 
-def save_checkpoint(paths, model, optimizer, mconf, config, state):
+def save_checkpoint(paths, model, optimizer, config, state):
     """A checkpoint at each path, written atomically: no fixed mixing matrices (their fingerprint),
     only what weights_only reads. No RNG state either: training draws none."""
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "model_args": asdict(mconf), "fingerprint": fingerprint(model), "config": config,
+            "model_args": asdict(model.config), "fingerprint": fingerprint(model), "config": config,
             **state}
     # serialized once, in memory: the files' writes are then plain writes, whose failure says why
     # (torch's zip writer on a full disk only says "unexpected pos")

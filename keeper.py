@@ -130,11 +130,10 @@ class RunKeeper:
     evaluations, checkpoints and unfreezing), the counters (state), the evaluations (history), and
     what the steps leave on the device and the clock."""
 
-    def __init__(self, config, task, env, mconf, model, optimizer, state, history, chance):
+    def __init__(self, config, task, env, model, optimizer, state, history, chance):
         self.config = config
         self.task = task
         self.env = env
-        self.mconf = mconf
         self.model = model
         self.optimizer = optimizer
         self.state = state
@@ -308,7 +307,7 @@ class RunKeeper:
         if best:
             paths.insert(0, os.path.join(self.config["out_dir"], "best.pt"))
         write_metrics(os.path.join(self.config["out_dir"], "metrics.jsonl"), self.history)
-        save_checkpoint(paths, self.model, self.optimizer, self.mconf, self.config, state)
+        save_checkpoint(paths, self.model, self.optimizer, self.config, state)
 
     def clock_steps(self):
         """Add the steps' time since timed_from to train_time."""

@@ -3088,7 +3088,7 @@ def test_express_on_a_checkpoint_sets_the_same_model_at_init_beside_it(tmp_path,
     with torch.no_grad():
         for block in trained.blocks:
             block.attn.qkv.weight.mul_(30.0)
-    common.save_checkpoint([str(tmp_path / "ckpt.pt")], trained, torch.optim.AdamW(trained.parameters()), mconf,
+    common.save_checkpoint([str(tmp_path / "ckpt.pt")], trained, torch.optim.AdamW(trained.parameters()),
                            {"task": "dyck_4"}, {"iter_num": 1})
     assert run_sample(tmp_path, "--express=ckpt") == 0
     rows = [line.replace("at init", "init").split() for line in capsys.readouterr().out.splitlines()]
@@ -4544,7 +4544,7 @@ def test_the_latest_checkpoint_at_every_eval_and_on_time_the_best_apart(tmp_path
     eval."""
     losses, saved, clock, step = iter([3.0, 4.0, 2.0]), [], [0.0], train.train_step
     monkeypatch.setattr(keeper, "eval_metrics", lambda *a: {"val_loss": next(losses)})
-    monkeypatch.setattr(keeper, "save_checkpoint", lambda paths, m, o, c, cfg, state: saved.append(
+    monkeypatch.setattr(keeper, "save_checkpoint", lambda paths, m, o, cfg, state: saved.append(
         ([os.path.basename(p) for p in paths], state["iter_num"])))
     monkeypatch.setattr(keeper, "time", types.SimpleNamespace(time=lambda: clock[0]))
 

@@ -192,8 +192,7 @@ def new_model(config, task, env):
     """The model at init (uncompiled: evaluated and saved) and its optimizer. The fixed random parts
     are checked once to be the same on every process; what unfreezes later waits frozen, learned
     mixing matrices included."""
-    mconf = model_config(config, task)
-    model = MixiT(mconf, env.device, env.dtype)
+    model = MixiT(model_config(config, task), env.device, env.dtype)
     if unfreeze_step(config):
         for name, p in model.named_parameters():
             p.requires_grad_(p.requires_grad and not name.endswith(".mixing"))
@@ -205,16 +204,16 @@ def new_model(config, task, env):
                        "the fixed random parts (mixing matrices, frozen weights)")
     optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"],
                                            (config["beta1"], config["beta2"]), env.device_type)
-    return mconf, model, optimizer
+    return model, optimizer
 
 
-def load_state(path, mconf, model, optimizer, config, env):
+def load_state(path, model, optimizer, config, env):
     """Load the checkpoint at path (of this very model and task only) into model and optimizer;
     return its RunState."""
     ckpt = load_checkpoint(path, env.device)
     saved_args = flat_args(ckpt["model_args"])
     diffs = [f"{k}={saved_args.get(k)!r} (this run: {v!r})"
-             for k, v in flat_args(asdict(mconf)).items()
+             for k, v in flat_args(asdict(model.config)).items()
              if saved_args.get(k, ARCH_DEFAULTS[k]) != v]
     if ckpt["config"].get("task") != config["task"]:
         diffs.insert(0, f"task={ckpt['config'].get('task')!r} (this run: {config['task']!r})")
@@ -228,23 +227,16 @@ def load_state(path, mconf, model, optimizer, config, env):
     if len(ckpt.get("optimizer", {}).get("param_groups", ())) > len(optimizer.param_groups):
         unfreeze_parameters(model, optimizer, config["weight_decay"])
     load_weights(ckpt, path, lambda: model, optimizer)
-    # An older checkpoint may lack the later counters: they count from 0 (the best: none yet).
-    return RunState(
-        iter_num=ckpt["iter_num"],
-        loss_sum=ckpt["loss_sum"],
-        loss_tokens=ckpt["loss_tokens"],
-        tokens=ckpt["tokens"],
-        samples=ckpt.get("samples", 0),
-        flops=ckpt.get("flops", 0.0),
-        train_time=ckpt.get("train_time", 0.0),
-        best_val_loss=ckpt.get("best_val_loss", math.inf),
-    )
+    # An older checkpoint may lack the later counters: they count from their start (the best: none
+    # yet).
+    counters = asdict(RunState())
+    return RunState(**{k: ckpt.get(k, start) for k, start in counters.items()})
 
 
 def start_run(config, task, env):
     """A run's keeper, holding its model, optimizer, counters, eval history (resumed: up to the
     checkpoint) and chance levels (at init)."""
-    mconf, model, optimizer = new_model(config, task, env)
+    model, optimizer = new_model(config, task, env)
     ckpt_path = os.path.join(config["out_dir"], "ckpt.pt")
     metrics_path = os.path.join(config["out_dir"], "metrics.jsonl")
     # The chance levels are the model's at init, so they are measured before a checkpoint loads.
@@ -253,7 +245,7 @@ def start_run(config, task, env):
     history = []
     resumes = os.path.isfile(ckpt_path) or not config.get("fresh_if_missing")
     if config["init_from"] == "resume" and resumes:
-        state = load_state(ckpt_path, mconf, model, optimizer, config, env)
+        state = load_state(ckpt_path, model, optimizer, config, env)
         # The evaluations after the checkpoint will be done again.
         if os.path.isfile(metrics_path):
             history = [m for m in read_metrics(metrics_path, env) if m["iter"] <= state.iter_num]
@@ -262,11 +254,11 @@ def start_run(config, task, env):
         os.makedirs(config["out_dir"], exist_ok=True)
         write_metrics(metrics_path, history)
     env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] "
-              f"{describe_model(mconf)}; "
+              f"{describe_model(model.config)}; "
               f"{model.get_num_params() / 1e6:.2f}M non-embedding parameters, "
               f"{model.get_num_params(trainable=True) / 1e6:.2f}M trainable; "
               f"out_dir {config['out_dir']}")
-    return RunKeeper(config, task, env, mconf, model, optimizer, state, history, chance)
+    return RunKeeper(config, task, env, model, optimizer, state, history, chance)
 
 
 def read_metrics(path, env):
