@@ -18,7 +18,6 @@ import sys
 import tempfile
 import threading
 import time
-import types
 from contextlib import nullcontext, suppress
 from dataclasses import asdict, dataclass
 
@@ -295,8 +294,10 @@ class Env:
         reads (a GPU's from its datasheet), a CPU's threads, dtype, torch version."""
         peak = peak_flops(self.device, self.dtype)
         rate = f"matmul {peak / 1e9:,.0f} GFLOP/s" if peak else "matmul rate unknown"
-        threads = torch.get_num_threads()
-        name = f"{cpu_model() or self.device_type} ({threads} thread{'s' * (threads > 1)}, {rate})"
+        threads = f"{torch.get_num_threads()} threads"
+        if torch.get_num_threads() == 1:
+            threads = "1 thread"
+        name = f"{cpu_model() or self.device_type} ({threads}, {rate})"
         if self.device_type == "cuda":
             name = f"{torch.cuda.get_device_name(self.device)} (datasheet {rate})"
         return (f"{self.world_size} x {name}, {str(self.dtype).removeprefix('torch.')}, "
@@ -314,7 +315,8 @@ class Env:
 
     def agree(self, values):
         """Every process's integers summed by a collective on the CPU, started now: the returned
-        wait() reads them (a step later: the device runs on meanwhile), alike at every process."""
+        function waits for them (a step later: the device runs on meanwhile), alike at every
+        process."""
         summed = torch.tensor(values, dtype=torch.int64)
         work = dist.all_reduce(summed, group=self.control, async_op=True) if self.ddp else None
 
@@ -322,7 +324,7 @@ class Env:
             if work:
                 work.wait()
             return summed.tolist()
-        return types.SimpleNamespace(wait=wait)
+        return wait
 
     def from_master(self, value):
         """The master process's value (a float) at every process; the others' are not read."""

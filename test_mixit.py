@@ -4353,7 +4353,9 @@ def test_a_share_without_scored_tokens_adds_nothing_and_two_processes_match_one(
         shares = train.step_shares(2, 2, env) if world > 1 else [(0, slice(None)), (1, slice(None))]
         batches = keeper.step_batches(task, config, shares, it)
         counts = [int((y >= 0).sum()) for _, y in batches]
-        agreed = types.SimpleNamespace(wait=lambda: [sum(counts) if total is None else total])  # all-reduced
+
+        def agreed():
+            return [sum(counts) if total is None else total]  # all-reduced
         opt = GradsAtStep(model)
         loss, _, _ = train.train_step(model, batches, counts, agreed, opt, list(model.parameters()), 0.0, env)
         return loss, opt.grads, batches
@@ -4379,10 +4381,10 @@ def test_a_step_that_scores_nothing_leaves_the_weights_and_the_mean_counts_token
     moments as they were; train_loss is the interval's summed loss over its scored tokens, not a mean of steps."""
     steps, step = [], train.train_step
 
-    def recorded(model, batches, counts, agreement, optimizer, *rest):
+    def recorded(model, batches, counts, wait_agreed, optimizer, *rest):
         before = [p.detach().clone() for p in model.parameters()] + [s.clone() for state in optimizer.state.values()
                                                                        for s in state.values()]
-        result = step(model, batches, counts, agreement, optimizer, *rest)
+        result = step(model, batches, counts, wait_agreed, optimizer, *rest)
         after = [p.detach() for p in model.parameters()] + [s for state in optimizer.state.values()
                                                             for s in state.values()]
         unchanged = len(before) == len(after) and all(map(torch.equal, before, after))

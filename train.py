@@ -284,12 +284,12 @@ def read_metrics(path, env):
     return history
 
 
-def train_step(model, batches, counts, agreement, optimizer, params, grad_clip, env):
+def train_step(model, batches, counts, wait_agreed, optimizer, params, grad_clip, env):
     """One optimizer step over this process's micro-batches (x, y) on the device, counts their
-    scored tokens. agreement sums every process's scored tokens (first) and votes while the step
-    runs; it is read after the backward. Returns this process's loss summed over its scored tokens,
-    the gradient norm and the agreed sums. A step that scores no token leaves the weights and the
-    optimizer as they were."""
+    scored tokens. wait_agreed() returns every process's scored tokens (first) and votes, summed
+    while the step runs; it is called after the backward. Returns this process's loss summed over
+    its scored tokens, the gradient norm and the agreed sums. A step that scores no token leaves
+    the weights and the optimizer as they were."""
     # The gradient is that of the mean over every scored token of the step, on every process:
     # each micro-batch's mean (the model's, 0 where none is scored) times its count is its sum, and
     # after the backward the gradient is divided by the step's count. DDP averages the processes'
@@ -305,7 +305,7 @@ def train_step(model, batches, counts, agreement, optimizer, params, grad_clip, 
         loss.backward()
         loss_sum += loss.detach()
     # The processes' sums were started before the forward: reading them now costs no extra sync.
-    agreed = agreement.wait()
+    agreed = wait_agreed()
     scored = agreed[0]
     grad_norm = torch.zeros((), device=env.device)
     # A step that scores no token leaves the weights and the optimizer's moments as they were.
@@ -335,10 +335,10 @@ def train_run(config, task, env, stop):
             group["lr"] = lr
         # The step's batches, and the processes' sums of its scored tokens, the checkpoint clock's
         # vote and the stop requests, started now and read after the backward.
-        batches, counts, agreement = keeper.before_step(stop)
+        batches, counts, wait_agreed = keeper.before_step(stop)
         try:
-            loss_sum, grad_norm, agreed = train_step(keeper.train_model, batches, counts, agreement,
-                                                     keeper.optimizer, keeper.params,
+            loss_sum, grad_norm, agreed = train_step(keeper.train_model, batches, counts,
+                                                     wait_agreed, keeper.optimizer, keeper.params,
                                                      config["grad_clip"], env)
         except torch.OutOfMemoryError:
             raise keeper.out_of_memory() from None
