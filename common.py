@@ -18,7 +18,6 @@ import sys
 import tempfile
 import threading
 import time
-import types
 from contextlib import nullcontext, suppress
 from dataclasses import asdict, dataclass
 
@@ -295,8 +294,10 @@ class Env:
         reads (a GPU's from its datasheet), a CPU's threads, dtype, torch version."""
         peak = peak_flops(self.device, self.dtype)
         rate = f"matmul {peak / 1e9:,.0f} GFLOP/s" if peak else "matmul rate unknown"
-        threads = torch.get_num_threads()
-        name = f"{cpu_model() or self.device_type} ({threads} thread{'s' * (threads > 1)}, {rate})"
+        threads = f"{torch.get_num_threads()} threads"
+        if torch.get_num_threads() == 1:
+            threads = "1 thread"
+        name = f"{cpu_model() or self.device_type} ({threads}, {rate})"
         if self.device_type == "cuda":
             name = f"{torch.cuda.get_device_name(self.device)} (datasheet {rate})"
         return (f"{self.world_size} x {name}, {str(self.dtype).removeprefix('torch.')}, "
@@ -314,7 +315,8 @@ class Env:
 
     def agree(self, values):
         """Every process's integers summed by a collective on the CPU, started now: the returned
-        wait() reads them (a step later: the device runs on meanwhile), alike at every process."""
+        function waits for them (a step later: the device runs on meanwhile), alike at every
+        process."""
         summed = torch.tensor(values, dtype=torch.int64)
         work = dist.all_reduce(summed, group=self.control, async_op=True) if self.ddp else None
 
@@ -322,7 +324,7 @@ class Env:
             if work:
                 work.wait()
             return summed.tolist()
-        return types.SimpleNamespace(wait=wait)
+        return wait
 
     def from_master(self, value):
         """The master process's value (a float) at every process; the others' are not read."""
@@ -408,8 +410,6 @@ def pick_dtype(name, device):
     cuda = device.type == "cuda"
     if name == "auto":
         name = "bfloat16" if cuda and torch.cuda.is_bf16_supported() else "float32"
-    if name not in DTYPES:
-        raise ConfigError(f"unknown dtype {name!r}; valid: auto, {', '.join(DTYPES)}")
     if name == "bfloat16" and cuda and not torch.cuda.is_bf16_supported():
         raise ConfigError(f"dtype=bfloat16 is not supported by "
                           f"{torch.cuda.get_device_name(device)}; valid: float32")
@@ -451,10 +451,10 @@ def teardown(env):
 # ------------------------------------------------------------------------------------- peak FLOP/s
 
 # Dense tensor-core peak TFLOP/s (bf16/fp16, then tf32) by device name; the first substring that
-# matches wins.
+# matches wins (a GH200 reads as an H200).
 GPU_PEAK_TFLOPS = [
-    ("H100 PCIe", 756, 378), ("H100 NVL", 835, 418), ("H100", 989, 494), ("GH200", 989, 494),
-    ("H200 NVL", 835, 418), ("H200", 989, 494), ("H800", 989, 494), ("B200", 2250, 1100),
+    ("H100 PCIe", 756, 378), ("H100 NVL", 835, 418), ("H100", 989, 494), ("H200 NVL", 835, 418),
+    ("H200", 989, 494), ("H800", 989, 494), ("B200", 2250, 1100),
     ("A100", 312, 156), ("A800", 312, 156), ("L40S", 362, 183), ("L40", 181, 90.5), ("L4", 121, 60),
     ("A10", 125, 62.5), ("RTX 4090", 165, 82.6), ("RTX 3090", 71, 35.6), ("V100", 125, 15.7),
     ("T4", 65, 8.1)]
@@ -639,11 +639,11 @@ def lock_folder(folder):
     return lock
 
 
-def save_checkpoint(paths, model, optimizer, mconf, config, state):
+def save_checkpoint(paths, model, optimizer, config, state):
     """A checkpoint at each path, written atomically: no fixed mixing matrices (their fingerprint),
     only what weights_only reads. No RNG state either: training draws none."""
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "model_args": asdict(mconf), "fingerprint": fingerprint(model), "config": config,
+            "model_args": asdict(model.config), "fingerprint": fingerprint(model), "config": config,
             **state}
     # serialized once, in memory: the files' writes are then plain writes, whose failure says why
     # (torch's zip writer on a full disk only says "unexpected pos")

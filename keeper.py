@@ -130,11 +130,10 @@ class RunKeeper:
     evaluations, checkpoints and unfreezing), the counters (state), the evaluations (history), and
     what the steps leave on the device and the clock."""
 
-    def __init__(self, config, task, env, mconf, model, optimizer, state, history, chance):
+    def __init__(self, config, task, env, model, optimizer, state, history, chance):
         self.config = config
         self.task = task
         self.env = env
-        self.mconf = mconf
         self.model = model
         self.optimizer = optimizer
         self.state = state
@@ -190,9 +189,9 @@ class RunKeeper:
                            f"{self.flops_per_token / 1e6:.3f}M")
 
     def before_step(self, stop):
-        """The step's micro-batches on the device, their scored tokens, and the agreement that sums
-        over the processes, while the step runs, the step's scored tokens (first), the checkpoint
-        clock's vote and the stop requests' votes."""
+        """The step's micro-batches on the device, their scored tokens, and the function that waits
+        for the sums over the processes, taken while the step runs, of the step's scored tokens
+        (first), the checkpoint clock's vote and the stop requests' votes."""
         env = self.env
         iter_num = self.state.iter_num
         batch_args = (self.task, self.config, self.shares)
@@ -207,10 +206,10 @@ class RunKeeper:
         # The master's clock says when the latest checkpoint is due.
         interval = self.config["checkpoint_interval"] * 60
         checkpoint_due = env.master and 0 < interval < time.time() - self.saved_at
-        agreement = env.agree([sum(counts), checkpoint_due]
-                              + [stop.signum == s for s in Stop.SIGNALS])
+        wait_agreed = env.agree([sum(counts), checkpoint_due]
+                                + [stop.signum == s for s in Stop.SIGNALS])
         batches = [env.to_device(x, y) for x, y in host_batches]
-        return batches, counts, agreement
+        return batches, counts, wait_agreed
 
     def after_step(self, loss_sum, grad_norm, agreed):
         """Count the step done: its loss, whether it was finite, the tokens it trained on. Sets what
@@ -308,7 +307,7 @@ class RunKeeper:
         if best:
             paths.insert(0, os.path.join(self.config["out_dir"], "best.pt"))
         write_metrics(os.path.join(self.config["out_dir"], "metrics.jsonl"), self.history)
-        save_checkpoint(paths, self.model, self.optimizer, self.mconf, self.config, state)
+        save_checkpoint(paths, self.model, self.optimizer, self.config, state)
 
     def clock_steps(self):
         """Add the steps' time since timed_from to train_time."""

@@ -538,7 +538,7 @@ FIXED_HEADS = {"": "random", "mean": "the prefix mean", "previous": "the previou
 LOSS_CHUNK = 2 ** 27
 
 
-def fixed_patterns(T, causal=True, device=None):
+def fixed_patterns(T, causal, device):
     """The patterns the study's fixed head 1 may hold (T, T), rows summing to 1: the prefix mean
     (non-causal: the mean), the previous token (row 0: itself)."""
     ones = torch.ones(T, T, device=device)
@@ -741,31 +741,28 @@ class MixiT(Transformer):
         fused = device_type in ("cpu", "cuda")
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
-    def flops_per_token(self, seq_len=None, training=True):
-        """Matmul FLOPs per token of a seq_len sequence, as each layer computes them (no weight
-        gradient for a frozen weight or a fixed matrix); causal attention counts the (T+1)/2
-        positions a query sees on average."""
+    def flops_per_token(self, seq_len=None):
+        """Training (forward and backward) matmul FLOPs per token of a seq_len sequence, as each
+        layer computes them (no weight gradient for a frozen weight or a fixed matrix); causal
+        attention counts the (T+1)/2 positions a query sees on average."""
         cfg = self.config
         T = seq_len or cfg.block_size
         # One token's row of a (T, T) x (T, C) product costs this much.
         row_flops = 2 * cfg.n_embd * ((T + 1) / 2 if cfg.causal else T)
-        fwd = bwd = 0.0
+        flops = 0.0
         for module in self.modules():
             if isinstance(module, nn.Linear) and not (module is self.head and cfg.n_classes):
-                weight_flops = 2 * module.weight.numel()
-                fwd += weight_flops
-                # Backward computes the input's gradient, and the weight's where it trains.
-                bwd += weight_flops * (2 if module.weight.requires_grad else 1)
+                # The forward, the input's gradient, and the weight's where it trains.
+                passes = 3 if module.weight.requires_grad else 2
+                flops += 2 * module.weight.numel() * passes
         for block in self.blocks:
             if block.attn.kind in MIXING:
                 # A V; backward A^T dY, and dY V^T where A trains
-                fwd += row_flops
-                bwd += row_flops * (2 if block.attn.mixing.requires_grad else 1)
+                flops += row_flops * (3 if block.attn.mixing.requires_grad else 2)
             else:
                 # Q K^T and P V; backward twice that
-                fwd += row_flops * 2
-                bwd += row_flops * 4
-        return fwd + bwd if training else fwd
+                flops += row_flops * 6
+        return flops
 
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):

@@ -684,7 +684,6 @@ def test_flops_count_what_each_layer_computes():
     assert flops["frozen_qk"] == flops["softmax"] - L * 2 * (2 * d * d)  # no weight gradient for W_Q, W_K
     assert flops["mixing"] == 6 * (matmuls - L * 2 * d * d) + L * 4 * d * seen
     assert flops["learned_mixing"] == flops["mixing"] + L * 2 * d * seen  # and the matrix's gradient
-    assert tiny_model().flops_per_token(training=False) == 2 * matmuls + L * 4 * d * seen
     one = {a: tiny_model(attn=a, n_layer=1).flops_per_token() for a in ATTNS}  # embedding and head + one block
     head = 2 * one["softmax"] - flops["softmax"]  # what a model of no block would cost
     hybrid = tiny_model(attn="sfml", n_layer=4).flops_per_token()
@@ -3088,7 +3087,7 @@ def test_express_on_a_checkpoint_sets_the_same_model_at_init_beside_it(tmp_path,
     with torch.no_grad():
         for block in trained.blocks:
             block.attn.qkv.weight.mul_(30.0)
-    common.save_checkpoint([str(tmp_path / "ckpt.pt")], trained, torch.optim.AdamW(trained.parameters()), mconf,
+    common.save_checkpoint([str(tmp_path / "ckpt.pt")], trained, torch.optim.AdamW(trained.parameters()),
                            {"task": "dyck_4"}, {"iter_num": 1})
     assert run_sample(tmp_path, "--express=ckpt") == 0
     rows = [line.replace("at init", "init").split() for line in capsys.readouterr().out.splitlines()]
@@ -4354,7 +4353,9 @@ def test_a_share_without_scored_tokens_adds_nothing_and_two_processes_match_one(
         shares = train.step_shares(2, 2, env) if world > 1 else [(0, slice(None)), (1, slice(None))]
         batches = keeper.step_batches(task, config, shares, it)
         counts = [int((y >= 0).sum()) for _, y in batches]
-        agreed = types.SimpleNamespace(wait=lambda: [sum(counts) if total is None else total])  # all-reduced
+
+        def agreed():
+            return [sum(counts) if total is None else total]  # all-reduced
         opt = GradsAtStep(model)
         loss, _, _ = train.train_step(model, batches, counts, agreed, opt, list(model.parameters()), 0.0, env)
         return loss, opt.grads, batches
@@ -4380,10 +4381,10 @@ def test_a_step_that_scores_nothing_leaves_the_weights_and_the_mean_counts_token
     moments as they were; train_loss is the interval's summed loss over its scored tokens, not a mean of steps."""
     steps, step = [], train.train_step
 
-    def recorded(model, batches, counts, agreement, optimizer, *rest):
+    def recorded(model, batches, counts, wait_agreed, optimizer, *rest):
         before = [p.detach().clone() for p in model.parameters()] + [s.clone() for state in optimizer.state.values()
                                                                        for s in state.values()]
-        result = step(model, batches, counts, agreement, optimizer, *rest)
+        result = step(model, batches, counts, wait_agreed, optimizer, *rest)
         after = [p.detach() for p in model.parameters()] + [s for state in optimizer.state.values()
                                                             for s in state.values()]
         unchanged = len(before) == len(after) and all(map(torch.equal, before, after))
@@ -4544,7 +4545,7 @@ def test_the_latest_checkpoint_at_every_eval_and_on_time_the_best_apart(tmp_path
     eval."""
     losses, saved, clock, step = iter([3.0, 4.0, 2.0]), [], [0.0], train.train_step
     monkeypatch.setattr(keeper, "eval_metrics", lambda *a: {"val_loss": next(losses)})
-    monkeypatch.setattr(keeper, "save_checkpoint", lambda paths, m, o, c, cfg, state: saved.append(
+    monkeypatch.setattr(keeper, "save_checkpoint", lambda paths, m, o, cfg, state: saved.append(
         ([os.path.basename(p) for p in paths], state["iter_num"])))
     monkeypatch.setattr(keeper, "time", types.SimpleNamespace(time=lambda: clock[0]))
 

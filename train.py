@@ -11,7 +11,6 @@ values are Python literals (never evaluated) of the default's type; a bare --fla
 option on.
 """
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -192,8 +191,7 @@ def new_model(config, task, env):
     """The model at init (uncompiled: evaluated and saved) and its optimizer. The fixed random parts
     are checked once to be the same on every process; what unfreezes later waits frozen, learned
     mixing matrices included."""
-    mconf = model_config(config, task)
-    model = MixiT(mconf, env.device, env.dtype)
+    model = MixiT(model_config(config, task), env.device, env.dtype)
     if unfreeze_step(config):
         for name, p in model.named_parameters():
             p.requires_grad_(p.requires_grad and not name.endswith(".mixing"))
@@ -205,16 +203,16 @@ def new_model(config, task, env):
                        "the fixed random parts (mixing matrices, frozen weights)")
     optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"],
                                            (config["beta1"], config["beta2"]), env.device_type)
-    return mconf, model, optimizer
+    return model, optimizer
 
 
-def load_state(path, mconf, model, optimizer, config, env):
+def load_state(path, model, optimizer, config, env):
     """Load the checkpoint at path (of this very model and task only) into model and optimizer;
     return its RunState."""
     ckpt = load_checkpoint(path, env.device)
     saved_args = flat_args(ckpt["model_args"])
     diffs = [f"{k}={saved_args.get(k)!r} (this run: {v!r})"
-             for k, v in flat_args(asdict(mconf)).items()
+             for k, v in flat_args(asdict(model.config)).items()
              if saved_args.get(k, ARCH_DEFAULTS[k]) != v]
     if ckpt["config"].get("task") != config["task"]:
         diffs.insert(0, f"task={ckpt['config'].get('task')!r} (this run: {config['task']!r})")
@@ -228,23 +226,16 @@ def load_state(path, mconf, model, optimizer, config, env):
     if len(ckpt.get("optimizer", {}).get("param_groups", ())) > len(optimizer.param_groups):
         unfreeze_parameters(model, optimizer, config["weight_decay"])
     load_weights(ckpt, path, lambda: model, optimizer)
-    # An older checkpoint may lack the later counters: they count from 0 (the best: none yet).
-    return RunState(
-        iter_num=ckpt["iter_num"],
-        loss_sum=ckpt["loss_sum"],
-        loss_tokens=ckpt["loss_tokens"],
-        tokens=ckpt["tokens"],
-        samples=ckpt.get("samples", 0),
-        flops=ckpt.get("flops", 0.0),
-        train_time=ckpt.get("train_time", 0.0),
-        best_val_loss=ckpt.get("best_val_loss", math.inf),
-    )
+    # An older checkpoint may lack the later counters: they count from their start (the best: none
+    # yet).
+    counters = asdict(RunState())
+    return RunState(**{k: ckpt.get(k, start) for k, start in counters.items()})
 
 
 def start_run(config, task, env):
     """A run's keeper, holding its model, optimizer, counters, eval history (resumed: up to the
     checkpoint) and chance levels (at init)."""
-    mconf, model, optimizer = new_model(config, task, env)
+    model, optimizer = new_model(config, task, env)
     ckpt_path = os.path.join(config["out_dir"], "ckpt.pt")
     metrics_path = os.path.join(config["out_dir"], "metrics.jsonl")
     # The chance levels are the model's at init, so they are measured before a checkpoint loads.
@@ -253,7 +244,7 @@ def start_run(config, task, env):
     history = []
     resumes = os.path.isfile(ckpt_path) or not config.get("fresh_if_missing")
     if config["init_from"] == "resume" and resumes:
-        state = load_state(ckpt_path, mconf, model, optimizer, config, env)
+        state = load_state(ckpt_path, model, optimizer, config, env)
         # The evaluations after the checkpoint will be done again.
         if os.path.isfile(metrics_path):
             history = [m for m in read_metrics(metrics_path, env) if m["iter"] <= state.iter_num]
@@ -262,11 +253,11 @@ def start_run(config, task, env):
         os.makedirs(config["out_dir"], exist_ok=True)
         write_metrics(metrics_path, history)
     env.print(f"[{config['task']} | {run_label(config)} | seed {config['seed']}] "
-              f"{describe_model(mconf)}; "
+              f"{describe_model(model.config)}; "
               f"{model.get_num_params() / 1e6:.2f}M non-embedding parameters, "
               f"{model.get_num_params(trainable=True) / 1e6:.2f}M trainable; "
               f"out_dir {config['out_dir']}")
-    return RunKeeper(config, task, env, mconf, model, optimizer, state, history, chance)
+    return RunKeeper(config, task, env, model, optimizer, state, history, chance)
 
 
 def read_metrics(path, env):
@@ -292,12 +283,12 @@ def read_metrics(path, env):
     return history
 
 
-def train_step(model, batches, counts, agreement, optimizer, params, grad_clip, env):
+def train_step(model, batches, counts, wait_agreed, optimizer, params, grad_clip, env):
     """One optimizer step over this process's micro-batches (x, y) on the device, counts their
-    scored tokens. agreement sums every process's scored tokens (first) and votes while the step
-    runs; it is read after the backward. Returns this process's loss summed over its scored tokens,
-    the gradient norm and the agreed sums. A step that scores no token leaves the weights and the
-    optimizer as they were."""
+    scored tokens. wait_agreed() returns every process's scored tokens (first) and votes, summed
+    while the step runs; it is called after the backward. Returns this process's loss summed over
+    its scored tokens, the gradient norm and the agreed sums. A step that scores no token leaves
+    the weights and the optimizer as they were."""
     # The gradient is that of the mean over every scored token of the step, on every process:
     # each micro-batch's mean (the model's, 0 where none is scored) times its count is its sum, and
     # after the backward the gradient is divided by the step's count. DDP averages the processes'
@@ -313,7 +304,7 @@ def train_step(model, batches, counts, agreement, optimizer, params, grad_clip, 
         loss.backward()
         loss_sum += loss.detach()
     # The processes' sums were started before the forward: reading them now costs no extra sync.
-    agreed = agreement.wait()
+    agreed = wait_agreed()
     scored = agreed[0]
     grad_norm = torch.zeros((), device=env.device)
     # A step that scores no token leaves the weights and the optimizer's moments as they were.
@@ -343,10 +334,10 @@ def train_run(config, task, env, stop):
             group["lr"] = lr
         # The step's batches, and the processes' sums of its scored tokens, the checkpoint clock's
         # vote and the stop requests, started now and read after the backward.
-        batches, counts, agreement = keeper.before_step(stop)
+        batches, counts, wait_agreed = keeper.before_step(stop)
         try:
-            loss_sum, grad_norm, agreed = train_step(keeper.train_model, batches, counts, agreement,
-                                                     keeper.optimizer, keeper.params,
+            loss_sum, grad_norm, agreed = train_step(keeper.train_model, batches, counts,
+                                                     wait_agreed, keeper.optimizer, keeper.params,
                                                      config["grad_clip"], env)
         except torch.OutOfMemoryError:
             raise keeper.out_of_memory() from None
@@ -414,11 +405,10 @@ def plan_runs(config):
     heads = {attn: [config["n_head"]] for attn in attns}
     if config["mixing_heads"]:
         heads["mixing"] = [int(h) for h in list_option(config, "mixing_heads")]
-    variants = [(attn, n_head) for attn in attns for n_head in heads[attn]]
     seeds = range(config["seed"], config["seed"] + config["seeds"])
-    combinations = itertools.product(tasks, variants, freezes, schedules, seeds)
     runs = [dict(config, task=t, attn=a, n_head=h, freeze=f, unfreeze_at=u, seed=s, seeds=1)
-            for t, (a, h), f, u, s in combinations if u == "never" or starts_frozen(a, f)]
+            for t in tasks for a in attns for h in heads[a] for f in freezes for u in schedules
+            for s in seeds if u == "never" or starts_frozen(a, f)]
     if not runs:
         raise ConfigError(f"unfreeze_at={config['unfreeze_at']!r}: attn={config['attn']!r} with "
                           f"freeze={config['freeze']!r} has nothing frozen to unfreeze; add never, "
