@@ -11,6 +11,7 @@ values are Python literals (never evaluated) of the default's type; a bare --fla
 option on.
 """
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -405,10 +406,11 @@ def plan_runs(config):
     heads = {attn: [config["n_head"]] for attn in attns}
     if config["mixing_heads"]:
         heads["mixing"] = [int(h) for h in list_option(config, "mixing_heads")]
+    variants = [(attn, n_head) for attn in attns for n_head in heads[attn]]
     seeds = range(config["seed"], config["seed"] + config["seeds"])
+    combinations = itertools.product(tasks, variants, freezes, schedules, seeds)
     runs = [dict(config, task=t, attn=a, n_head=h, freeze=f, unfreeze_at=u, seed=s, seeds=1)
-            for t in tasks for a in attns for h in heads[a] for f in freezes for u in schedules
-            for s in seeds if u == "never" or starts_frozen(a, f)]
+            for t, (a, h), f, u, s in combinations if u == "never" or starts_frozen(a, f)]
     if not runs:
         raise ConfigError(f"unfreeze_at={config['unfreeze_at']!r}: attn={config['attn']!r} with "
                           f"freeze={config['freeze']!r} has nothing frozen to unfreeze; add never, "
