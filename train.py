@@ -227,10 +227,17 @@ def load_state(path, model, optimizer, config, env):
     if len(ckpt.get("optimizer", {}).get("param_groups", ())) > len(optimizer.param_groups):
         unfreeze_parameters(model, optimizer, config["weight_decay"])
     load_weights(ckpt, path, lambda: model, optimizer)
-    # An older checkpoint may lack the later counters: they count from their start (the best: none
-    # yet).
-    counters = asdict(RunState())
-    return RunState(**{k: ckpt.get(k, start) for k, start in counters.items()})
+    # An older checkpoint may lack the later counters: they count from 0 (the best: none yet).
+    return RunState(
+        iter_num=ckpt["iter_num"],
+        loss_sum=ckpt["loss_sum"],
+        loss_tokens=ckpt["loss_tokens"],
+        tokens=ckpt["tokens"],
+        samples=ckpt.get("samples", 0),
+        flops=ckpt.get("flops", 0.0),
+        train_time=ckpt.get("train_time", 0.0),
+        best_val_loss=ckpt.get("best_val_loss", math.inf),
+    )
 
 
 def start_run(config, task, env):
