@@ -227,12 +227,12 @@ def load_state(path, model, optimizer, config, env):
     if len(ckpt.get("optimizer", {}).get("param_groups", ())) > len(optimizer.param_groups):
         unfreeze_parameters(model, optimizer, config["weight_decay"])
     load_weights(ckpt, path, lambda: model, optimizer)
-    # An older checkpoint may lack the later counters: they count from 0 (the best: none yet).
+    # A counter an older checkpoint lacks counts from 0 (the best: none yet).
     return RunState(
-        iter_num=ckpt["iter_num"],
-        loss_sum=ckpt["loss_sum"],
-        loss_tokens=ckpt["loss_tokens"],
-        tokens=ckpt["tokens"],
+        iter_num=ckpt.get("iter_num", 0),
+        loss_sum=ckpt.get("loss_sum", 0.0),
+        loss_tokens=ckpt.get("loss_tokens", 0),
+        tokens=ckpt.get("tokens", 0),
         samples=ckpt.get("samples", 0),
         flops=ckpt.get("flops", 0.0),
         train_time=ckpt.get("train_time", 0.0),
