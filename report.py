@@ -501,13 +501,18 @@ def rule_cells(first, other, metric, trained_floor=None, directions=DIRECTIONS, 
             status = f"{constant_bound(score[2], score[0], k, ceiling)}; {status}"
         spread = f" ± {score[1]:.2g}" if score[2] > 1 else ""
         shown.append(f"{score[0]:.4g}{spread} ({status} {floor_sample[0]:.4g})")
-    stakes = f"±{margin:.3g}" + f", stake {stake:.3g}" * (direction != "further")
+    stakes = f"±{margin:.3g}"
+    if direction != "further":
+        stakes += f", stake {stake:.3g}"
+    # a stake against the headroom, where the score has a ceiling
+    if room < math.inf:
+        stakes += f" of {room:.3g}"
     return {"scores (floors)": " / ".join(shown),
             "difference [interval], p": evidence,
             "steps": " / ".join(f"{s:,}" for s in steps),
             "two plateaus": " / ".join(plateaus(v, PLATEAU * margin) for v in scores).strip(" /"),
             **{d: w for d, (w, _) in words.items()},
-            "margin, stake": stakes + f" of {room:.3g}" * (room < math.inf)}, p
+            "margin, stake": stakes}, p
 
 
 def headline(final):
@@ -934,8 +939,12 @@ def commands_table(loaded, commands, looked):
                             for f in folder.split("+"))
         # seeds 0, 1, ... in looks of these cumulative counts
         counts = looked.get(folder, [len({r["seed"] for r in finals})])
-        seeds = [f"{start}" + f"-{end - 1}" * (end - start > 1) + f" (look {look + 1})"
-                 for look, (start, end) in enumerate(zip([0, *counts], counts))]
+        seeds = []
+        for look, (start, end) in enumerate(zip([0, *counts], counts)):
+            span = f"{start}"
+            if end - start > 1:
+                span = f"{start}-{end - 1}"
+            seeds.append(f"{span} (look {look + 1})")
         made.append({"comparison": folder, "command": command, "seeds, by look": ", ".join(seeds),
                      "runs": len(finals), "machine": finals[0]["hardware"],
                      "training time": format_time(sum(r["time"] for r in finals))})
